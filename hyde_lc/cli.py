@@ -1,0 +1,285 @@
+"""The ``hyde-lc`` command: ingest, ask, info.
+
+Example:
+    $ hyde-lc ingest --sample
+    $ hyde-lc ask "Who designed the Pharos of Alexandria?"
+    $ hyde-lc ask "Who designed the Pharos of Alexandria?" --mode standard --json
+    $ hyde-lc info --json
+
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import textwrap
+import time
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from hyde_lc.errors import HydeLcError
+from hyde_lc.fusion import FUSION_MODES
+from hyde_lc.prompts import DEFAULT_PROMPT, PROMPTS
+
+SAMPLE_QUESTION = "How did the Fresnel lens change lighthouses?"
+
+
+def sample_files() -> list[Path]:
+    """The bundled sample document(s), inside the installed package."""
+    return [Path(str(resources.files("hyde_lc") / "sample" / "lighthouses.pdf"))]
+
+
+def _store_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("store")
+    group.add_argument("--store", help="Chroma folder (default: $HYDE_LC_STORE or ./.hyde_lc)")
+    group.add_argument(
+        "--chroma-url", help="Chroma server URL instead of a folder ($HYDE_LC_CHROMA_URL)"
+    )
+    group.add_argument(
+        "--collection", help="collection name (default: $HYDE_LC_COLLECTION or hyde_lc)"
+    )
+    group.add_argument(
+        "--embeddings", help="embedding model spec (default: $HYDE_LC_EMBEDDINGS or local:minilm)"
+    )
+
+
+def _open(args: argparse.Namespace, must_exist: bool) -> Any:
+    from hyde_lc.models import load_embeddings
+    from hyde_lc.store import StoreLocation, open_store
+
+    location = StoreLocation.resolve(args.store, args.chroma_url, args.collection)
+    if must_exist and location.path is not None and not location.path.exists():
+        raise HydeLcError(
+            f"no collection at {location.path}: run `hyde-lc ingest PATH...` first "
+            "(or `hyde-lc ingest --sample`), or point --store / HYDE_LC_STORE at it"
+        )
+    store = open_store(
+        location.path,
+        url=location.url,
+        collection=location.collection,
+        embeddings=load_embeddings(args.embeddings),
+    )
+    if must_exist and store._collection.count() == 0:
+        raise HydeLcError(f"{location.describe()} is empty: run `hyde-lc ingest PATH...` first")
+    return store
+
+
+def _print_json(payload: Any) -> None:
+    print(json.dumps(payload, indent=2, ensure_ascii=False, default=str))
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    """``hyde-lc ingest``: files, folders or the bundled sample into the collection."""
+    from hyde_lc.ingest import ingest_paths
+
+    paths = list(args.paths) + (sample_files() if args.sample else [])
+    if not paths:
+        raise HydeLcError("nothing to ingest: give files or folders, or --sample")
+    store = _open(args, must_exist=False)
+    start = time.perf_counter()
+    report = ingest_paths(
+        paths,
+        store,
+        chunk_size=args.chunk_size,
+        chunk_overlap=args.chunk_overlap,
+        progress=not args.json,
+    )
+    elapsed = time.perf_counter() - start
+    if args.json:
+        _print_json({"files": [vars(f) for f in report.files], "seconds": round(elapsed, 3)})
+    else:
+        print(report.summary())
+        print(f"done in {elapsed:.1f} s; collection now holds {store._collection.count()} chunks")
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    """``hyde-lc info``: chunk count, documents, embedding model and dimension."""
+    from hyde_lc.store import StoreLocation, collection_info
+
+    info = collection_info(_open(args, must_exist=False))
+    info["location"] = StoreLocation.resolve(
+        args.store, args.chroma_url, args.collection
+    ).describe()
+    if args.json:
+        _print_json(info)
+        return 0
+    print(
+        f"{info['location']}\nembedding model: {info['embedding_model']} "
+        f"({info['embedding_dimension']} dimensions)\nchunks: {info['chunks']}"
+    )
+    for doc in info["documents"]:
+        print(f"  {doc['chunks']:5} chunks, {doc['pages']:3} pages  {doc['source']}")
+    return 0
+
+
+def _build_retriever(args: argparse.Namespace, store: Any) -> Any:
+    from hyde_lc.models import load_llm
+    from hyde_lc.retriever import HyDERetriever
+
+    standard = args.mode == "standard"
+    return HyDERetriever(
+        vectorstore=store,
+        hypothesis_llm=None if standard else load_llm(args.hypothesis_llm, role="hypothesis"),
+        k=args.k,
+        n_hypotheses=0 if standard else args.n_hypotheses,
+        fusion=args.fusion,
+        prompt=args.prompt,
+    )
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    """``hyde-lc ask``: hypotheses, retrieved chunks, answer and timings."""
+    from hyde_lc.answer import answer_from_documents, citation
+    from hyde_lc.models import llm_model_name, load_llm, resolve_llm_spec
+
+    if not args.question.strip():
+        raise HydeLcError(
+            f'the question is empty: ask something, e.g. hyde-lc ask "{SAMPLE_QUESTION}"'
+        )
+    started = time.perf_counter()
+    store = _open(args, must_exist=True)
+    retriever = _build_retriever(args, store)
+    result = retriever.retrieve_with_details(args.question)
+    timings = dict(result.timings)
+    answer = None
+    if not args.no_answer:
+        llm = load_llm(args.answer_llm, role="answer")
+        start = time.perf_counter()
+        answer = answer_from_documents(llm).invoke(
+            {"question": args.question, "documents": result.documents}
+        )
+        timings["answer_s"] = time.perf_counter() - start
+    timings["total_s"] = time.perf_counter() - started
+    models = {
+        "hypothesis_llm": None
+        if args.mode == "standard"
+        else resolve_llm_spec(args.hypothesis_llm, "hypothesis"),
+        "answer_llm": None if args.no_answer else resolve_llm_spec(args.answer_llm, "answer"),
+        "embeddings": store._collection.metadata.get("hyde_lc_embedding_model"),
+    }
+    if args.json:
+        _print_json(
+            {
+                "question": args.question,
+                "mode": result.mode,
+                "fallback": result.fallback,
+                "hypotheses": result.hypotheses,
+                "documents": [
+                    {"text": d.page_content, "citation": citation(d), **d.metadata}
+                    for d in result.documents
+                ],
+                "answer": answer,
+                "timings": {k: round(v, 4) for k, v in timings.items()},
+                "models": models,
+            }
+        )
+        return 0
+    width = 88
+    print(
+        f"Question: {args.question}\nMode: {result.mode}"
+        + (
+            f"  (hypothesis model: {llm_model_name(retriever.hypothesis_llm)})"
+            if retriever.hypothesis_llm
+            else ""
+        )
+    )
+    if result.fallback:
+        print(f"HyDE fell back to the plain query: {result.fallback}")
+    for i, hypothesis in enumerate(result.hypotheses, start=1):
+        print(f"\n--- Hypothetical document {i} ---")
+        print(textwrap.fill(hypothesis, width))
+    print("\n--- Retrieved chunks ---")
+    for i, doc in enumerate(result.documents, start=1):
+        score = doc.metadata.get("score")
+        print(
+            f"[{i}] {citation(doc)}  (chunk {doc.metadata.get('chunk_index')}"
+            + (f", score {score:.3f})" if isinstance(score, float) else ")")
+        )
+        preview = " ".join(doc.page_content.split())
+        print(
+            textwrap.indent(
+                textwrap.fill(preview[:300] + ("..." if len(preview) > 300 else ""), width - 4),
+                "    ",
+            )
+        )
+    if answer is not None:
+        print(f"\n--- Answer ({models['answer_llm']}) ---")
+        print(textwrap.fill(answer, width, replace_whitespace=False))
+    print("\n--- Timings ---")
+    print("  ".join(f"{k.removesuffix('_s')} {v:.2f} s" for k, v in timings.items()))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for tests and docs)."""
+    parser = argparse.ArgumentParser(
+        prog="hyde-lc", description="HyDE retrieval-augmented question answering, offline."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    ingest = sub.add_parser("ingest", help="ingest PDF, .txt and .md files into the collection")
+    ingest.add_argument("paths", nargs="*", help="files or folders (folders recurse)")
+    ingest.add_argument("--sample", action="store_true", help="ingest the bundled sample PDF")
+    ingest.add_argument("--chunk-size", type=int, default=1000)
+    ingest.add_argument("--chunk-overlap", type=int, default=200)
+    ingest.add_argument("--json", action="store_true", help="print one JSON record")
+    _store_args(ingest)
+    ingest.set_defaults(func=cmd_ingest)
+
+    ask = sub.add_parser("ask", help="answer a question from the collection")
+    ask.add_argument("question")
+    ask.add_argument(
+        "--mode",
+        choices=("hyde", "standard"),
+        default="hyde",
+        help="hyde (default) or standard (query embedding only)",
+    )
+    ask.add_argument("--k", type=_positive_int, default=4, help="chunks to retrieve")
+    ask.add_argument("--fusion", choices=FUSION_MODES, default="mean")
+    ask.add_argument("--n-hypotheses", type=_positive_int, default=1)
+    ask.add_argument("--prompt", choices=sorted(PROMPTS), default=DEFAULT_PROMPT)
+    ask.add_argument("--hypothesis-llm", help="model spec ($HYDE_LC_HYPOTHESIS_LLM)")
+    ask.add_argument("--answer-llm", help="model spec ($HYDE_LC_ANSWER_LLM)")
+    ask.add_argument("--no-answer", action="store_true", help="retrieve only")
+    ask.add_argument("--json", action="store_true", help="print one JSON record")
+    _store_args(ask)
+    ask.set_defaults(func=cmd_ask)
+
+    info = sub.add_parser("info", help="facts about the collection")
+    info.add_argument("--json", action="store_true")
+    _store_args(info)
+    info.set_defaults(func=cmd_info)
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (2 for errors the user can fix)."""
+    os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except HydeLcError as exc:
+        print(f"hyde-lc: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("hyde-lc: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

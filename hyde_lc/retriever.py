@@ -1,0 +1,388 @@
+"""`HyDERetriever`: Hypothetical Document Embeddings (Gao et al. 2022) as a LangChain retriever.
+
+The pipeline, one step per method::
+
+    question --prompt--> hypothesis LLM --N passages--> embed (query + passages)
+             --fuse (mean | concat | rrf)--> vector store search --> Documents
+
+``n_hypotheses=0`` skips generation: plain dense retrieval with the query embedding,
+through the same code path (what ``--mode standard`` and the benchmarks compare with).
+If the hypothesis LLM fails (raises, times out, returns nothing or a refusal) the
+search falls back to the query alone and every Document says so in
+``metadata["hyde_fallback"]``.
+
+Example:
+    >>> from hyde_lc import HyDERetriever, load_llm, open_store
+    >>> retriever = HyDERetriever(
+    ...     vectorstore=open_store(), hypothesis_llm=load_llm(role="hypothesis"), k=4
+    ... )  # doctest: +SKIP
+    >>> details = retriever.retrieve_with_details("Who made the Fresnel lens?")  # doctest: +SKIP
+    >>> details.hypotheses[0][:60], details.documents[0].metadata["score"]  # doctest: +SKIP
+
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from langchain_chroma import Chroma
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForRetrieverRun,
+    CallbackManagerForRetrieverRun,
+)
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseLanguageModel
+from langchain_core.messages import BaseMessage
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.runnables.config import run_in_executor
+from langchain_core.vectorstores import VectorStore
+from pydantic import ConfigDict, Field, field_validator
+
+from hyde_lc.fusion import FUSION_MODES, concat_text, fuse_mean, reciprocal_rank_fusion
+from hyde_lc.prompts import DEFAULT_PROMPT, get_prompt
+
+Fusion = Literal["mean", "concat", "rrf"]
+_REFUSAL = re.compile(
+    r"^\s*(i'?m sorry|i am sorry|sorry, i|i cannot|i can'?t|i'm unable|i am unable|"
+    r"as an ai|i do not have|i don'?t have (?:enough )?information)",
+    re.IGNORECASE,
+)
+_DETAILS_KEY = "_hyde_details"
+
+
+@dataclass
+class HyDEResult:
+    """Everything one retrieval produced, for inspection, evaluation and display."""
+
+    query: str
+    hypotheses: list[str]
+    documents: list[Document]
+    mode: str
+    fallback: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    hypothesis_messages: list[BaseMessage] = field(default_factory=list)
+    prompts: list[str] = field(default_factory=list)
+
+
+def is_refusal(text: str) -> bool:
+    """True for empty output and for the refusal openings small models produce."""
+    return not text.strip() or bool(_REFUSAL.match(text))
+
+
+class HyDERetriever(BaseRetriever):
+    """Retrieve with hypothetical documents written by an LLM (HyDE).
+
+    Example:
+        >>> from langchain_core.language_models import FakeListChatModel
+        >>> from hyde_lc import HyDERetriever, open_store
+        >>> retriever = HyDERetriever(
+        ...     vectorstore=open_store("/tmp/store"),
+        ...     hypothesis_llm=FakeListChatModel(responses=["Lighthouses use lenses."]),
+        ...     n_hypotheses=1, fusion="mean", k=3,
+        ... )  # doctest: +SKIP
+        >>> docs = retriever.invoke("How do lighthouses focus light?", k=2)  # doctest: +SKIP
+
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    vectorstore: VectorStore
+    """The store searched (a hyde_lc Chroma collection in practice)."""
+    hypothesis_llm: BaseLanguageModel | None = None
+    """Writes the hypothetical passages; required when ``n_hypotheses > 0``."""
+    embeddings: Embeddings | None = None
+    """Embeds query and hypotheses; defaults to the vector store's own embeddings."""
+    k: int = 4
+    """Documents returned; ``invoke(q, k=N)`` overrides it per call."""
+    n_hypotheses: int = 1
+    """Passages generated per prompt; 0 means plain query retrieval (no LLM)."""
+    fusion: Fusion = "mean"
+    """How query and hypotheses are combined: ``mean``, ``concat`` or ``rrf``."""
+    include_query: bool = True
+    """Whether the query itself takes part in the fusion (the paper: yes)."""
+    prompt: str | list[str] = DEFAULT_PROMPT
+    """Prompt name or ``{question}`` template; a list gives hypotheses per prompt."""
+    hypothesis_length: int | None = None
+    """Optional hint to the writer: about this many characters."""
+    search_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Passed to the search, e.g. ``{"filter": {"source": "/docs/a.pdf"}}``."""
+    search_type: Literal["similarity", "mmr"] = "similarity"
+    """Similarity search, or maximal marginal relevance for diverse results."""
+    rrf_candidates: int = 20
+    """With ``fusion="rrf"``: how deep each separate ranking goes."""
+    timeout: float | None = 120.0
+    """Seconds to wait for the hypotheses before falling back to the plain query."""
+
+    @field_validator("k")
+    @classmethod
+    def _check_k(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"k must be at least 1, got {value}")
+        return value
+
+    @field_validator("n_hypotheses")
+    @classmethod
+    def _check_n(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError(f"n_hypotheses must be 0 (plain retrieval) or more, got {value}")
+        return value
+
+    @field_validator("fusion", mode="before")
+    @classmethod
+    def _check_fusion(cls, value: str) -> str:
+        if value not in FUSION_MODES:
+            raise ValueError(f"unknown fusion {value!r}: choose one of {', '.join(FUSION_MODES)}")
+        return value
+
+    @field_validator("prompt")
+    @classmethod
+    def _check_prompt(cls, value: str | list[str]) -> str | list[str]:
+        for item in [value] if isinstance(value, str) else value:
+            get_prompt(item)  # raises with the list of valid names
+        return value
+
+    # -- steps -------------------------------------------------------------------------
+
+    @property
+    def mode(self) -> str:
+        """``standard`` without hypotheses, else ``hyde:<fusion>``."""
+        return "standard" if self.n_hypotheses == 0 else f"hyde:{self.fusion}"
+
+    def _embeddings(self) -> Embeddings:
+        embeddings = self.embeddings or self.vectorstore.embeddings
+        if embeddings is None:
+            raise ValueError(
+                "HyDERetriever needs embeddings: pass embeddings=... or a store that has them"
+            )
+        return embeddings
+
+    def build_prompts(self, query: str) -> list[str]:
+        """The rendered prompts: ``n_hypotheses`` per configured prompt."""
+        names = [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
+        rendered = [get_prompt(n).render(query, self.hypothesis_length) for n in names]
+        return [p for p in rendered for _ in range(self.n_hypotheses)]
+
+    def _hypothesis_config(self, run_manager: Any) -> RunnableConfig:
+        return RunnableConfig(
+            callbacks=run_manager.get_child("hyde.hypothesis"),
+            tags=["hyde.hypothesis"],
+            run_name="hyde.hypothesis",
+        )
+
+    def _check_llm(self) -> BaseLanguageModel:
+        if self.hypothesis_llm is None:
+            raise ValueError("n_hypotheses > 0 needs a hypothesis_llm (or set n_hypotheses=0)")
+        return self.hypothesis_llm
+
+    @staticmethod
+    def _accept(outputs: list[Any]) -> tuple[list[str], list[BaseMessage], str | None]:
+        messages = [o for o in outputs if isinstance(o, BaseMessage)]
+        texts = [(o.text if isinstance(o, BaseMessage) else str(o)).strip() for o in outputs]
+        kept = [t for t in texts if not is_refusal(t)]
+        reason = None if kept else ("empty or refusal" if texts else "no output")
+        return kept, messages, reason
+
+    def generate_hypotheses(
+        self, query: str, run_manager: CallbackManagerForRetrieverRun
+    ) -> tuple[list[str], list[BaseMessage], str | None]:
+        """Write the hypotheses concurrently: (kept texts, LLM messages, fallback reason)."""
+        llm = self._check_llm()
+        prompts = self.build_prompts(query)
+        pool = ThreadPoolExecutor(max_workers=1)
+        future = pool.submit(llm.batch, prompts, self._hypothesis_config(run_manager))
+        try:
+            outputs = future.result(timeout=self.timeout)
+        except FutureTimeout:
+            return [], [], f"timeout after {self.timeout}s"
+        except Exception as exc:
+            return [], [], f"error: {type(exc).__name__}: {exc}"
+        finally:
+            pool.shutdown(wait=False)
+        return self._accept(outputs)
+
+    async def agenerate_hypotheses(
+        self, query: str, run_manager: AsyncCallbackManagerForRetrieverRun
+    ) -> tuple[list[str], list[BaseMessage], str | None]:
+        """Async `generate_hypotheses`: the N generations are awaited together."""
+        llm = self._check_llm()
+        prompts = self.build_prompts(query)
+        try:
+            outputs = await asyncio.wait_for(
+                llm.abatch(prompts, self._hypothesis_config(run_manager)), timeout=self.timeout
+            )
+        except asyncio.TimeoutError:
+            return [], [], f"timeout after {self.timeout}s"
+        except Exception as exc:
+            return [], [], f"error: {type(exc).__name__}: {exc}"
+        return self._accept(outputs)
+
+    def _embed_inputs(self, payload: dict[str, Any]) -> list[list[float]]:
+        """Embed what the fusion mode searches with (one vector per search)."""
+        embeddings = self._embeddings()
+        query, hypotheses = payload["query"], payload["hypotheses"]
+        if not hypotheses:
+            return [embeddings.embed_query(query)]
+        if self.fusion == "concat":
+            text = concat_text(query if self.include_query else None, hypotheses)
+            return [embeddings.embed_query(text)]
+        vectors = embeddings.embed_documents(hypotheses)
+        if self.include_query:
+            vectors = [embeddings.embed_query(query), *vectors]
+        return [fuse_mean(vectors)] if self.fusion == "mean" else vectors
+
+    def _search(self, vectors: list[list[float]], k: int) -> list[Document]:
+        """Search with one vector, or fuse the rankings of several (``rrf``)."""
+        if len(vectors) == 1:
+            return self._search_one(vectors[0], k)
+        depth = max(k, self.rrf_candidates)
+        rankings = [self._search_one(v, depth) for v in vectors]
+        by_key: dict[str, Document] = {}
+        id_rankings = []
+        for ranking in rankings:
+            keys = []
+            for doc in ranking:
+                key = doc.id or doc.page_content
+                by_key.setdefault(key, doc)
+                keys.append(key)
+            id_rankings.append(keys)
+        fused = reciprocal_rank_fusion(id_rankings)[:k]
+        out = []
+        for key, score in fused:
+            doc = by_key[key].model_copy(deep=True)
+            doc.metadata["similarity"] = doc.metadata.get("score")
+            doc.metadata["score"] = score
+            out.append(doc)
+        return out
+
+    def _search_one(self, vector: list[float], k: int) -> list[Document]:
+        extra = dict(self.search_kwargs)
+        if self.search_type == "mmr":
+            docs = self.vectorstore.max_marginal_relevance_search_by_vector(vector, k=k, **extra)
+            return [d.model_copy(deep=True) for d in docs]
+        if not isinstance(self.vectorstore, Chroma):
+            docs = self.vectorstore.similarity_search_by_vector(vector, k=k, **extra)
+            return [d.model_copy(deep=True) for d in docs]
+        # langchain-chroma's "*_with_relevance_scores" by vector returns distances;
+        # the collection's own function turns them into relevance (higher is better).
+        to_relevance = self.vectorstore._select_relevance_score_fn()
+        pairs = self.vectorstore.similarity_search_by_vector_with_relevance_scores(
+            vector, k=k, **extra
+        )
+        out = []
+        for doc, distance in pairs:
+            doc = doc.model_copy(deep=True)
+            doc.metadata["score"] = float(to_relevance(distance))
+            out.append(doc)
+        return out
+
+    def _finish(self, result: HyDEResult) -> list[Document]:
+        for doc in result.documents:
+            doc.metadata["retrieval_mode"] = result.mode
+            if result.fallback:
+                doc.metadata["hyde_fallback"] = result.fallback
+        return result.documents
+
+    # -- LangChain hooks ---------------------------------------------------------------
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        k = int(kwargs.get("k", self.k))
+        timings: dict[str, float] = {}
+        hypotheses: list[str] = []
+        messages: list[BaseMessage] = []
+        fallback = None
+        start = time.perf_counter()
+        if self.n_hypotheses:
+            hypotheses, messages, fallback = self.generate_hypotheses(query, run_manager)
+        timings["hypothesis_s"] = time.perf_counter() - start
+        start = time.perf_counter()
+        embed = RunnableLambda(self._embed_inputs, name="hyde.embed")
+        vectors = embed.invoke(
+            {"query": query, "hypotheses": hypotheses},
+            RunnableConfig(callbacks=run_manager.get_child("hyde.embed"), tags=["hyde.embed"]),
+        )
+        timings["embedding_s"] = time.perf_counter() - start
+        start = time.perf_counter()
+        docs = self._search(vectors, k)
+        timings["search_s"] = time.perf_counter() - start
+        return self._record(query, hypotheses, messages, fallback, docs, timings, kwargs)
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        k = int(kwargs.get("k", self.k))
+        timings: dict[str, float] = {}
+        hypotheses: list[str] = []
+        messages: list[BaseMessage] = []
+        fallback = None
+        start = time.perf_counter()
+        if self.n_hypotheses:
+            hypotheses, messages, fallback = await self.agenerate_hypotheses(query, run_manager)
+        timings["hypothesis_s"] = time.perf_counter() - start
+        start = time.perf_counter()
+
+        async def aembed(payload: dict[str, Any]) -> list[list[float]]:
+            return await run_in_executor(None, self._embed_inputs, payload)
+
+        embed = RunnableLambda(self._embed_inputs, afunc=aembed, name="hyde.embed")
+        vectors = await embed.ainvoke(
+            {"query": query, "hypotheses": hypotheses},
+            RunnableConfig(callbacks=run_manager.get_child("hyde.embed"), tags=["hyde.embed"]),
+        )
+        timings["embedding_s"] = time.perf_counter() - start
+        start = time.perf_counter()
+        docs = await run_in_executor(None, self._search, vectors, k)
+        timings["search_s"] = time.perf_counter() - start
+        return self._record(query, hypotheses, messages, fallback, docs, timings, kwargs)
+
+    def _record(
+        self,
+        query: str,
+        hypotheses: list[str],
+        messages: list[BaseMessage],
+        fallback: str | None,
+        docs: list[Document],
+        timings: dict[str, float],
+        kwargs: dict[str, Any],
+    ) -> list[Document]:
+        result = HyDEResult(
+            query=query,
+            hypotheses=hypotheses,
+            documents=docs,
+            mode=self.mode,
+            fallback=fallback,
+            timings=timings,
+            hypothesis_messages=messages,
+            prompts=self.build_prompts(query) if self.n_hypotheses else [],
+        )
+        holder = kwargs.get(_DETAILS_KEY)
+        if isinstance(holder, list):
+            holder.append(result)
+        return self._finish(result)
+
+    # -- details API -------------------------------------------------------------------
+
+    def retrieve_with_details(
+        self, query: str, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> HyDEResult:
+        """Like ``invoke`` (same run, same callbacks), but returns hypotheses and timings too."""
+        holder: list[HyDEResult] = []
+        self.invoke(query, config, **{_DETAILS_KEY: holder}, **kwargs)
+        return holder[0]
+
+    async def aretrieve_with_details(
+        self, query: str, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> HyDEResult:
+        """Async `retrieve_with_details`."""
+        holder: list[HyDEResult] = []
+        await self.ainvoke(query, config, **{_DETAILS_KEY: holder}, **kwargs)
+        return holder[0]

@@ -1,0 +1,195 @@
+"""The Chroma collection: where it lives, which embedding model built it, what it holds.
+
+A hyde_lc collection records the embedding model id and dimension in its Chroma
+metadata when it is created. Opening it with another embedding model is refused
+before anything is read or written: vectors from two models in one index make every
+search silently wrong.
+
+Location, in order: the arguments, then ``HYDE_LC_CHROMA_URL`` (a Chroma server) or
+``HYDE_LC_STORE`` (a folder), then ``./.hyde_lc`` in the current working directory.
+The collection name is ``HYDE_LC_COLLECTION`` or ``hyde_lc``.
+
+Example:
+    >>> from hyde_lc import open_store
+    >>> store = open_store()  # doctest: +SKIP
+    >>> store.similarity_search("Who invented the Fresnel lens?", k=2)  # doctest: +SKIP
+
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from langchain_chroma import Chroma
+from langchain_core.embeddings import Embeddings
+
+from hyde_lc.errors import EmbeddingMismatchError, StoreError
+from hyde_lc.models import embedding_model_id, load_embeddings
+
+DEFAULT_STORE_DIR = ".hyde_lc"
+DEFAULT_COLLECTION = "hyde_lc"
+META_MODEL = "hyde_lc_embedding_model"
+META_DIMENSION = "hyde_lc_embedding_dimension"
+_PAGE = 5000
+
+
+@dataclass(frozen=True)
+class StoreLocation:
+    """Where a collection lives: a folder (embedded Chroma) or a server URL.
+
+    Example:
+        >>> StoreLocation.resolve(path="/tmp/x").describe()
+        'chroma folder /tmp/x, collection hyde_lc'
+
+    """
+
+    path: Path | None
+    url: str | None
+    collection: str
+
+    @classmethod
+    def resolve(
+        cls,
+        path: str | os.PathLike | None = None,
+        url: str | None = None,
+        collection: str | None = None,
+    ) -> StoreLocation:
+        """Apply arguments, then environment variables, then defaults."""
+        name = collection or os.environ.get("HYDE_LC_COLLECTION") or DEFAULT_COLLECTION
+        if path is None and url is None:
+            url = os.environ.get("HYDE_LC_CHROMA_URL") or None
+            if url is None:
+                path = os.environ.get("HYDE_LC_STORE") or DEFAULT_STORE_DIR
+        if path is not None and url is not None:
+            raise StoreError("give either a store folder or a Chroma server URL, not both")
+        return cls(
+            path=Path(path).expanduser().resolve() if path else None, url=url, collection=name
+        )
+
+    def describe(self) -> str:
+        """One line for messages and ``info``."""
+        where = f"chroma server {self.url}" if self.url else f"chroma folder {self.path}"
+        return f"{where}, collection {self.collection}"
+
+    def client(self) -> Any:
+        """A chromadb client for this location (telemetry off, nothing fetched)."""
+        import chromadb
+        from chromadb.config import Settings
+
+        settings = Settings(anonymized_telemetry=False)
+        if self.url:
+            parsed = urlparse(self.url if "://" in self.url else f"http://{self.url}")
+            try:
+                return chromadb.HttpClient(
+                    host=parsed.hostname or "127.0.0.1",
+                    port=parsed.port or (443 if parsed.scheme == "https" else 8000),
+                    ssl=parsed.scheme == "https",
+                    settings=settings,
+                )
+            except Exception as exc:
+                raise StoreError(
+                    f"cannot reach the Chroma server at {self.url} ({exc}). Start it "
+                    "(chroma run --path DIR --port N) or check HYDE_LC_CHROMA_URL."
+                ) from exc
+        assert self.path is not None
+        if self.path.exists() and not self.path.is_dir():
+            raise StoreError(f"store location {self.path} is a file, not a folder")
+        return chromadb.PersistentClient(path=str(self.path), settings=settings)
+
+
+def check_embeddings(store: Chroma, embeddings: Embeddings, location: str = "") -> None:
+    """Refuse an embedding model other than the one the collection was built with.
+
+    An empty collection with no record adopts ``embeddings``; a non-empty one with no
+    record (not built by hyde_lc) is refused, since its vectors cannot be vouched for.
+    """
+    collection = store._collection
+    metadata = dict(collection.metadata or {})
+    wanted = embedding_model_id(embeddings)
+    built_with = metadata.get(META_MODEL)
+    where = location or collection.name
+    if built_with is None:
+        if collection.count() > 0:
+            raise StoreError(
+                f"{where} holds {collection.count()} vectors but no record of their embedding "
+                "model (it was not built by hyde_lc). Ingest into a new collection "
+                "(--collection NAME) instead."
+            )
+        dimension = getattr(embeddings, "dimension", None) or len(embeddings.embed_query("dim"))
+        metadata.update({META_MODEL: wanted, META_DIMENSION: int(dimension)})
+        metadata.pop("hnsw:space", None)  # set through the configuration, not metadata
+        collection.modify(metadata=metadata)
+    elif built_with != wanted:
+        raise EmbeddingMismatchError(
+            f"{where} was built with embedding model {built_with!r} "
+            f"({metadata.get(META_DIMENSION)} dimensions); you asked for {wanted!r}. "
+            f"Use --embeddings {built_with} (HYDE_LC_EMBEDDINGS={built_with}), or ingest "
+            "into another collection (--collection NAME) to use the new model."
+        )
+
+
+def open_store(
+    path: str | os.PathLike | None = None,
+    *,
+    url: str | None = None,
+    collection: str | None = None,
+    embeddings: Embeddings | None = None,
+) -> Chroma:
+    """Open (creating if needed) a hyde_lc collection as a LangChain `Chroma` store.
+
+    With no arguments: the collection ``hyde_lc`` in ``./.hyde_lc`` with the default
+    embeddings. The embedding model is checked against the one the collection was
+    built with (`EmbeddingMismatchError` when they differ).
+    """
+    location = StoreLocation.resolve(path, url, collection)
+    embeddings = embeddings or load_embeddings()
+    store = Chroma(
+        collection_name=location.collection,
+        embedding_function=embeddings,
+        client=location.client(),
+        collection_configuration={"hnsw": {"space": "cosine"}},
+    )
+    check_embeddings(store, embeddings, location.describe())
+    return store
+
+
+def iter_metadatas(store: Chroma, where: dict | None = None) -> list[tuple[str, dict]]:
+    """All (id, metadata) pairs of the collection, read in pages (no embeddings)."""
+    collection = store._collection
+    out: list[tuple[str, dict]] = []
+    offset = 0
+    while True:
+        page = collection.get(where=where, include=["metadatas"], limit=_PAGE, offset=offset)
+        out.extend(zip(page["ids"], page["metadatas"] or [{}] * len(page["ids"]), strict=True))
+        if len(page["ids"]) < _PAGE:
+            return out
+        offset += _PAGE
+
+
+def collection_info(store: Chroma) -> dict[str, Any]:
+    """Facts about a collection: chunks, documents, embedding model and dimension."""
+    collection = store._collection
+    metadata = collection.metadata or {}
+    documents: dict[str, dict[str, Any]] = {}
+    for _, meta in iter_metadatas(store):
+        source = str(meta.get("source", "?"))
+        entry = documents.setdefault(
+            source, {"source": source, "doc_id": meta.get("doc_id"), "chunks": 0, "pages": set()}
+        )
+        entry["chunks"] += 1
+        if "page" in meta:
+            entry["pages"].add(meta["page"])
+    return {
+        "collection": collection.name,
+        "chunks": collection.count(),
+        "documents": [
+            {**doc, "pages": len(doc["pages"])}
+            for doc in sorted(documents.values(), key=lambda d: d["source"])
+        ],
+        "embedding_model": metadata.get(META_MODEL),
+        "embedding_dimension": metadata.get(META_DIMENSION),
+    }

