@@ -117,16 +117,14 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _build_retriever(args: argparse.Namespace, store: Any) -> Any:
-    from hyde_lc.models import load_llm
+def _build_retriever(args: argparse.Namespace, store: Any, writer: Any) -> Any:
     from hyde_lc.retriever import HyDERetriever
 
-    standard = args.mode == "standard"
     return HyDERetriever(
         vectorstore=store,
-        hypothesis_llm=None if standard else load_llm(args.hypothesis_llm, role="hypothesis"),
+        hypothesis_llm=writer,
         k=args.k,
-        n_hypotheses=0 if standard else args.n_hypotheses,
+        n_hypotheses=0 if writer is None else args.n_hypotheses,
         fusion=args.fusion,
         prompt=args.prompt,
     )
@@ -142,13 +140,16 @@ def cmd_ask(args: argparse.Namespace) -> int:
             f'the question is empty: ask something, e.g. hyde-lc ask "{SAMPLE_QUESTION}"'
         )
     started = time.perf_counter()
+    # Models first: a bad spec fails before the store is opened.
+    standard = args.mode == "standard"
+    writer = None if standard else load_llm(args.hypothesis_llm, role="hypothesis")
+    llm = None if args.no_answer else load_llm(args.answer_llm, role="answer")
     store = _open(args, must_exist=True)
-    retriever = _build_retriever(args, store)
+    retriever = _build_retriever(args, store, writer)
     result = retriever.retrieve_with_details(args.question)
     timings = dict(result.timings)
     answer = None
-    if not args.no_answer:
-        llm = load_llm(args.answer_llm, role="answer")
+    if llm is not None:
         start = time.perf_counter()
         answer = answer_from_documents(llm).invoke(
             {"question": args.question, "documents": result.documents}

@@ -44,6 +44,10 @@ class UnknownModelSpecError(HydeLcError, ValueError):
     """A model spec string names no known provider or model."""
 
 
+class UnknownPromptError(HydeLcError, ValueError):
+    """A prompt name that is not in the registry (and is not a template)."""
+
+
 class MissingDependencyError(HydeLcError, ImportError):
     """An optional dependency needed for the requested feature is not installed."""
 

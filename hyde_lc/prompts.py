@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hyde_lc.errors import HydeLcError
+from hyde_lc.errors import UnknownPromptError
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def get_prompt(name_or_template: str) -> HypothesisPrompt:
         return PROMPTS[name_or_template]
     if "{question}" in name_or_template:
         return HypothesisPrompt("custom", name_or_template, "user")
-    raise HydeLcError(
+    raise UnknownPromptError(
         f"unknown prompt {name_or_template!r}: choose one of {', '.join(PROMPTS)}, "
         "or pass a template containing {question}"
     )

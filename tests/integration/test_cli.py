@@ -1,0 +1,135 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_ingest import tree_digest
+
+pytestmark = pytest.mark.integration
+HYDE_LC = str(Path(sys.executable).parent / "hyde-lc")
+QUESTION = "Who designed the Pharos of Alexandria?"
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    home = tmp_path_factory.mktemp("cli")
+    return {
+        **os.environ,
+        "HYDE_LC_STORE": str(home / "store"),
+        "HYDE_LC_HYPOTHESIS_LLM": "local:smollm2-135m",
+        "HYDE_LC_ANSWER_LLM": "local:smollm2-135m",
+        "HOME_FOR_TEST": str(home),
+    }
+
+
+def run(env, *args, cwd=None):
+    return subprocess.run(
+        [HYDE_LC, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+
+
+@pytest.fixture(scope="module")
+def ingested(env):
+    first = run(env, "ingest", "--sample")
+    assert first.returncode == 0, first.stderr
+    return first
+
+
+def test_ingest_sample_then_again_is_unchanged(env, ingested):
+    assert "added" in ingested.stdout and "lighthouses.pdf" in ingested.stdout
+    again = run(env, "ingest", "--sample", "--json")
+    assert again.returncode == 0, again.stderr
+    (file,) = json.loads(again.stdout)["files"]
+    assert file["status"] == "unchanged"
+
+
+def test_info_json(env, ingested):
+    out = run(env, "info", "--json")
+    info = json.loads(out.stdout)
+    assert info["embedding_model"] == "local:minilm" and info["embedding_dimension"] == 384
+    assert info["chunks"] == info["documents"][0]["chunks"] > 20
+
+
+def test_ask_hyde_json_record(env, ingested):
+    out = run(env, "ask", QUESTION, "--json", "--k", "3")
+    assert out.returncode == 0, out.stderr
+    record = json.loads(out.stdout)
+    assert record["mode"] == "hyde:mean" and record["fallback"] is None
+    assert len(record["hypotheses"]) == 1 and record["hypotheses"][0]
+    assert len(record["documents"]) == 3
+    assert all(d["citation"].startswith("lighthouses.pdf, p") for d in record["documents"])
+    assert record["answer"]
+    assert {"hypothesis_s", "embedding_s", "search_s", "answer_s", "total_s"} <= set(
+        record["timings"]
+    )
+    assert record["models"]["hypothesis_llm"] == "local:smollm2-135m"
+
+
+def test_ask_standard_mode(env, ingested):
+    out = run(env, "ask", QUESTION, "--mode", "standard", "--json", "--no-answer")
+    record = json.loads(out.stdout)
+    assert record["mode"] == "standard" and record["hypotheses"] == []
+    assert record["answer"] is None and record["models"]["hypothesis_llm"] is None
+    assert record["documents"][0]["page"] == 1
+
+
+def test_ask_text_output_shows_every_stage(env, ingested):
+    out = run(env, "ask", QUESTION, "--n-hypotheses", "2", "--fusion", "rrf")
+    assert out.returncode == 0, out.stderr
+    for heading in (
+        "Hypothetical document 1",
+        "Hypothetical document 2",
+        "Retrieved chunks",
+        "--- Answer",
+        "--- Timings",
+    ):
+        assert heading in out.stdout
+    assert "Mode: hyde:rrf" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["ask", QUESTION, "--fusion", "max"], "choose from 'mean', 'concat', 'rrf'"),
+        (["ask", QUESTION, "--prompt", "poem"], "invalid choice: 'poem'"),
+        (["ask", QUESTION, "--k", "0"], "must be at least 1"),
+        (["ask", "   "], "the question is empty"),
+        (["ask", QUESTION, "--hypothesis-llm", "local:gpt-9"], "unknown local model"),
+        (["ingest", "/no/such/file.pdf"], "no such file"),
+        (
+            ["ask", QUESTION, "--embeddings", "openai:text-embedding-3-small"],
+            "was built with embedding model 'local:minilm'",
+        ),
+    ],
+    ids=["fusion", "prompt", "k", "empty-question", "model", "missing-file", "mismatch"],
+)
+def test_bad_input_exits_non_zero_with_a_clear_message(env, ingested, args, message):
+    digest = tree_digest(Path(env["HYDE_LC_STORE"]))
+    out = run({**env, "OPENAI_API_KEY": "sk-test-not-used"}, *args)
+    assert out.returncode == 2
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr
+    assert tree_digest(Path(env["HYDE_LC_STORE"])) == digest
+
+
+def test_not_a_pdf_named_pdf(env, ingested, tmp_path):
+    fake = tmp_path / "report.pdf"
+    fake.write_text("this is plain text")
+    out = run(env, "ingest", str(fake))
+    assert out.returncode == 2 and "is not a PDF" in out.stderr
+
+
+def test_ask_before_ingest_says_what_to_do(env, tmp_path):
+    out = run({**env, "HYDE_LC_STORE": str(tmp_path / "nothing")}, "ask", QUESTION)
+    assert out.returncode == 2 and "hyde-lc ingest" in out.stderr
+    assert not (tmp_path / "nothing").exists()
+
+
+def test_default_store_is_in_the_working_directory(env, tmp_path):
+    clean = {k: v for k, v in env.items() if k != "HYDE_LC_STORE"}
+    out = run(clean, "ingest", str(Path(__file__).parents[2] / "README.md"), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / ".hyde_lc").is_dir()

@@ -1,0 +1,87 @@
+import pytest
+
+from hyde_lc import (
+    HyDERetriever,
+    build_answer_chain,
+    collection_info,
+    ingest_paths,
+    load_embeddings,
+    load_llm,
+    open_store,
+)
+from hyde_lc.errors import EmbeddingMismatchError
+from tests.conftest import SAMPLE_PDF
+from tests.unit.test_ingest import tree_digest
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def store_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("store")
+    report = ingest_paths([SAMPLE_PDF], open_store(folder), progress=False)
+    assert report.files[0].status == "added"
+    return folder
+
+
+@pytest.fixture(scope="module")
+def writer():
+    return load_llm("local:smollm2-135m", role="hypothesis", max_tokens=64)
+
+
+def test_sample_pdf_is_ingested_page_by_page(store_dir):
+    info = collection_info(open_store(store_dir))  # a new client: persisted on disk
+    assert info["embedding_model"] == "local:minilm" and info["embedding_dimension"] == 384
+    (doc,) = info["documents"]
+    assert doc["source"] == str(SAMPLE_PDF) and doc["pages"] == 7
+    assert info["chunks"] == doc["chunks"] > 20
+    again = ingest_paths([SAMPLE_PDF], open_store(store_dir), progress=False)
+    assert again.files[0].status == "unchanged"
+
+
+@pytest.mark.parametrize(
+    ("question", "page"),
+    [
+        ("Who designed the Pharos of Alexandria?", 1),
+        ("In which lighthouse was the first Fresnel lens installed?", 2),
+    ],
+)
+def test_standard_retrieval_finds_the_right_page(store_dir, question, page):
+    retriever = HyDERetriever(vectorstore=open_store(store_dir), n_hypotheses=0, k=3)
+    assert page in [d.metadata["page"] for d in retriever.invoke(question)]
+
+
+def test_hyde_with_a_real_local_model(store_dir, writer):
+    retriever = HyDERetriever(vectorstore=open_store(store_dir), hypothesis_llm=writer, k=4)
+    result = retriever.retrieve_with_details("How did the Fresnel lens change lighthouses?")
+    assert result.fallback is None and len(result.hypotheses) == 1
+    assert len(result.hypotheses[0]) > 40
+    assert result.hypothesis_messages[0].usage_metadata["output_tokens"] > 0
+    assert len(result.documents) == 4
+    assert all(d.metadata["retrieval_mode"] == "hyde:mean" for d in result.documents)
+    assert set(result.timings) == {"hypothesis_s", "embedding_s", "search_s"}
+
+
+async def test_async_hyde_with_several_hypotheses(store_dir, writer):
+    retriever = HyDERetriever(
+        vectorstore=open_store(store_dir), hypothesis_llm=writer, n_hypotheses=3, fusion="rrf", k=3
+    )
+    result = await retriever.aretrieve_with_details("What replaced lighthouse keepers?")
+    assert len(set(result.hypotheses)) == 3  # three different samples
+    assert len(result.documents) == 3
+
+
+def test_answer_chain_answers_from_context(store_dir, writer):
+    retriever = HyDERetriever(vectorstore=open_store(store_dir), hypothesis_llm=writer, k=3)
+    answerer = load_llm("local:smollm2-135m", role="answer", max_tokens=64)
+    out = build_answer_chain(retriever, answerer).invoke("Who designed the Pharos?")
+    assert set(out) == {"question", "documents", "answer"}
+    assert len(out["documents"]) == 3 and out["answer"].strip()
+
+
+def test_mismatched_embeddings_refused_and_store_untouched(store_dir, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used")
+    digest = tree_digest(store_dir)
+    with pytest.raises(EmbeddingMismatchError, match=r"local:minilm.*text-embedding-3-small"):
+        open_store(store_dir, embeddings=load_embeddings("openai:text-embedding-3-small"))
+    assert tree_digest(store_dir) == digest

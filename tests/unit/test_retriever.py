@@ -1,0 +1,271 @@
+import asyncio
+import itertools
+import time
+from typing import Any
+from uuid import UUID
+
+import pytest
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import Field, ValidationError
+
+from hyde_lc.fusion import fuse_mean, reciprocal_rank_fusion
+from hyde_lc.ingest import ingest_paths
+from hyde_lc.retriever import HyDERetriever, is_refusal
+from hyde_lc.store import open_store
+
+TOPICS = [
+    "Lighthouse lenses bend light into a beam with concentric prisms.",
+    "Keepers trimmed wicks and wound the clockwork every night.",
+    "Automation replaced most keepers by the end of the century.",
+    "GPS made many coastal lights less important for navigation.",
+    "Bees pollinate flowers and make honey in hives.",
+    "Volcanoes erupt when magma rises through the crust.",
+    "The stock market fell sharply in the autumn of that year.",
+    "Sourdough bread rises thanks to wild yeast and bacteria.",
+]
+
+
+class ScriptedChat(BaseChatModel):
+    """Replies from a script (cycled); optional delay, error or refusal."""
+
+    replies: list[str] = Field(
+        default_factory=lambda: ["A passage about lighthouses and their lenses."]
+    )
+    delay: float = 0.0
+    error: bool = False
+    counter: Any = None
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def _next(self) -> str:
+        if self.counter is None:
+            object.__setattr__(self, "counter", itertools.count())
+        if self.error:
+            raise RuntimeError("model exploded")
+        return self.replies[next(self.counter) % len(self.replies)]
+
+    def _result(self, text: str) -> ChatResult:
+        msg = AIMessage(
+            content=text, usage_metadata={"input_tokens": 5, "output_tokens": 7, "total_tokens": 12}
+        )
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        time.sleep(self.delay)
+        return self._result(self._next())
+
+    async def _agenerate(self, messages, stop=None, run_manager=None, **kwargs):
+        await asyncio.sleep(self.delay)
+        return self._result(self._next())
+
+
+@pytest.fixture
+def store(tmp_path, fake_embeddings):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i, text in enumerate(TOPICS):
+        (folder / f"t{i}.txt").write_text(text)
+    st = open_store(tmp_path / "store", embeddings=fake_embeddings)
+    ingest_paths([folder], st, progress=False)
+    return st
+
+
+def _ids(docs):
+    return [d.metadata["source"] for d in docs]
+
+
+def test_mean_fusion_searches_the_mean_of_query_and_hypothesis_embeddings(store, fake_embeddings):
+    hyps = ["Fresnel lenses use prisms.", "Lenses focus the lamp."]
+    retriever = HyDERetriever(
+        vectorstore=store, hypothesis_llm=ScriptedChat(replies=hyps), n_hypotheses=2, k=3
+    )
+    query = "How do lighthouses focus light?"
+    expected = fuse_mean(
+        [fake_embeddings.embed_query(query), *fake_embeddings.embed_documents(hyps)]
+    )
+    result = retriever.retrieve_with_details(query)
+    assert sorted(result.hypotheses) == sorted(hyps)
+    direct = store.similarity_search_by_vector(expected, k=3)
+    assert _ids(result.documents) == _ids(direct)
+    assert retriever._embed_inputs({"query": query, "hypotheses": hyps}) == [
+        pytest.approx(expected)
+    ]
+
+
+def test_include_query_false_uses_hypotheses_only(store, fake_embeddings):
+    hyps = ["Bees make honey."]
+    retriever = HyDERetriever(
+        vectorstore=store, hypothesis_llm=ScriptedChat(replies=hyps), include_query=False
+    )
+    vec = retriever._embed_inputs({"query": "anything", "hypotheses": hyps})
+    assert vec == [pytest.approx(fake_embeddings.embed_documents(hyps)[0])]
+
+
+def test_concat_embeds_query_and_hypotheses_as_one_text(store, fake_embeddings):
+    retriever = HyDERetriever(vectorstore=store, hypothesis_llm=ScriptedChat(), fusion="concat")
+    vec = retriever._embed_inputs({"query": "Q?", "hypotheses": ["H1.", "H2."]})
+    assert vec == [pytest.approx(fake_embeddings.embed_query("Q?\n\nH1.\n\nH2."))]
+
+
+def test_rrf_equals_rank_fusion_of_the_separate_searches(store, fake_embeddings):
+    hyps = TOPICS[4:6]
+    retriever = HyDERetriever(
+        vectorstore=store,
+        hypothesis_llm=ScriptedChat(replies=hyps),
+        fusion="rrf",
+        n_hypotheses=2,
+        k=4,
+        rrf_candidates=5,
+    )
+    docs = retriever.invoke(TOPICS[0])
+    vectors = [fake_embeddings.embed_query(TOPICS[0]), *fake_embeddings.embed_documents(hyps)]
+    rankings = [[d.id for d in store.similarity_search_by_vector(v, k=5)] for v in vectors]
+    expected = reciprocal_rank_fusion(rankings)[:4]
+    assert [d.id for d in docs] == [doc_id for doc_id, _ in expected]
+    assert [d.metadata["score"] for d in docs] == pytest.approx([s for _, s in expected])
+    assert all(isinstance(d.metadata["similarity"], float) for d in docs)
+
+
+def test_n_hypotheses_are_distinct_samples(store):
+    llm = ScriptedChat(replies=["one", "two", "three"])
+    retriever = HyDERetriever(vectorstore=store, hypothesis_llm=llm, n_hypotheses=3)
+    assert sorted(retriever.retrieve_with_details("q").hypotheses) == ["one", "three", "two"]
+
+
+def test_prompt_list_gives_one_hypothesis_per_prompt(store):
+    retriever = HyDERetriever(
+        vectorstore=store,
+        hypothesis_llm=ScriptedChat(),
+        prompt=["factual", "analytical", "comparative"],
+    )
+    result = retriever.retrieve_with_details("Why did keepers leave?")
+    assert len(result.prompts) == 3
+    assert result.prompts[0].startswith("Write a factual")
+    assert len(result.hypotheses) == 3
+
+
+def test_k_at_construction_and_per_call(store):
+    retriever = HyDERetriever(vectorstore=store, hypothesis_llm=ScriptedChat(), k=3)
+    assert len(retriever.invoke("light")) == 3
+    assert len(retriever.invoke("light", k=1)) == 1
+
+
+def test_documents_carry_score_and_mode(store):
+    docs = HyDERetriever(vectorstore=store, hypothesis_llm=ScriptedChat()).invoke("light")
+    assert all(d.metadata["retrieval_mode"] == "hyde:mean" for d in docs)
+    scores = [d.metadata["score"] for d in docs]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_zero_hypotheses_is_standard_retrieval(store):
+    llm = ScriptedChat(error=True)  # would raise if it were called
+    retriever = HyDERetriever(vectorstore=store, hypothesis_llm=llm, n_hypotheses=0, k=2)
+    result = retriever.retrieve_with_details(TOPICS[3])
+    assert result.mode == "standard" and result.hypotheses == [] and result.fallback is None
+    assert result.documents[0].page_content == TOPICS[3]
+
+
+@pytest.mark.parametrize(
+    ("llm", "reason"),
+    [
+        (ScriptedChat(error=True), "error: RuntimeError"),
+        (ScriptedChat(delay=2.0), "timeout"),
+        (ScriptedChat(replies=["   "]), "empty or refusal"),
+        (
+            ScriptedChat(replies=["I'm sorry, but I can't help with medical claims."]),
+            "empty or refusal",
+        ),
+    ],
+    ids=["raises", "times-out", "empty", "refuses"],
+)
+def test_fallback_to_plain_query(store, llm, reason):
+    retriever = HyDERetriever(vectorstore=store, hypothesis_llm=llm, k=3, timeout=0.5)
+    standard = HyDERetriever(vectorstore=store, n_hypotheses=0, k=3).invoke(TOPICS[1])
+    docs = retriever.invoke(TOPICS[1])
+    assert all(reason in d.metadata["hyde_fallback"] for d in docs)
+    assert _ids(docs) == _ids(standard)
+
+
+async def test_async_fallback_on_timeout(store):
+    retriever = HyDERetriever(
+        vectorstore=store, hypothesis_llm=ScriptedChat(delay=2.0), timeout=0.3
+    )
+    docs = await retriever.ainvoke("light")
+    assert "timeout" in docs[0].metadata["hyde_fallback"]
+
+
+def test_refusal_detection():
+    assert is_refusal("I'm sorry, I cannot do that")
+    assert is_refusal("As an AI language model, I ...")
+    assert is_refusal("")
+    assert not is_refusal("Sorrel is a leafy plant.")
+
+
+async def test_async_generates_hypotheses_concurrently(store):
+    delay, n = 0.4, 4
+    retriever = HyDERetriever(
+        vectorstore=store,
+        n_hypotheses=n,
+        hypothesis_llm=ScriptedChat(replies=["a", "b", "c", "d"], delay=delay),
+    )
+    start = time.perf_counter()
+    result = await retriever.aretrieve_with_details("light")
+    elapsed = time.perf_counter() - start
+    assert len(result.hypotheses) == n
+    assert elapsed < n * delay * 0.6, f"took {elapsed:.2f}s: not concurrent"
+
+
+async def test_abatch_and_ainvoke_match_sync(store):
+    retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, k=2)
+    sync = [_ids(d) for d in retriever.batch(TOPICS[:3])]
+    asyn = [_ids(d) for d in await retriever.abatch(TOPICS[:3])]
+    assert sync == asyn
+
+
+class RunRecorder(BaseCallbackHandler):
+    def __init__(self):
+        self.runs: list[tuple[str, UUID, UUID | None, list[str]]] = []
+
+    def on_retriever_start(self, serialized, query, *, run_id, parent_run_id=None, tags=None, **kw):
+        self.runs.append(("retriever", run_id, parent_run_id, tags or []))
+
+    def on_chat_model_start(
+        self, serialized, messages, *, run_id, parent_run_id=None, tags=None, **kw
+    ):
+        self.runs.append(("llm", run_id, parent_run_id, tags or []))
+
+    def on_chain_start(self, serialized, inputs, *, run_id, parent_run_id=None, tags=None, **kw):
+        self.runs.append((kw.get("name") or "chain", run_id, parent_run_id, tags or []))
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+async def test_child_runs_nest_under_the_retriever(store, use_async):
+    recorder = RunRecorder()
+    retriever = HyDERetriever(vectorstore=store, hypothesis_llm=ScriptedChat(), n_hypotheses=2)
+    config = {"callbacks": [recorder]}
+    if use_async:
+        await retriever.ainvoke("light", config=config)
+    else:
+        retriever.invoke("light", config=config)
+    (root,) = [r for r in recorder.runs if r[0] == "retriever"]
+    llm_runs = [r for r in recorder.runs if r[0] == "llm"]
+    embed_runs = [r for r in recorder.runs if r[0] == "hyde.embed"]
+    assert len(llm_runs) == 2
+    assert all(r[2] == root[1] and "hyde.hypothesis" in r[3] for r in llm_runs)
+    assert len(embed_runs) == 1 and embed_runs[0][2] == root[1]
+
+
+def test_invalid_settings_are_refused_with_the_valid_choices(store):
+    with pytest.raises(ValidationError, match="mean, concat, rrf"):
+        HyDERetriever(vectorstore=store, fusion="max")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="scifact"):
+        HyDERetriever(vectorstore=store, prompt="nope")
+    with pytest.raises(ValidationError, match="at least 1"):
+        HyDERetriever(vectorstore=store, k=0)
+    with pytest.raises(ValueError, match="hypothesis_llm"):
+        HyDERetriever(vectorstore=store).invoke("q")
