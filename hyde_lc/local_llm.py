@@ -43,7 +43,7 @@ from pydantic import Field
 
 from hyde_lc.errors import HydeLcError, MissingDependencyError
 
-_ENGINES: dict[tuple[str, int, int, int], Any] = {}
+_ENGINES: dict[tuple[str, int, int, int, int], Any] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
@@ -51,9 +51,9 @@ def _default_threads() -> int:
     return int(os.environ.get("HYDE_LC_THREADS", "0")) or max(1, os.cpu_count() or 1)
 
 
-def _engine(model_path: str, context_size: int, parallel: int, threads: int) -> Any:
+def _engine(model_path: str, context_size: int, parallel: int, threads: int, poll: int) -> Any:
     """The shared llama.cpp engine for these settings, loaded on first use."""
-    key = (model_path, context_size, parallel, threads)
+    key = (model_path, context_size, parallel, threads, poll)
     with _ENGINES_LOCK:
         if key not in _ENGINES:
             try:
@@ -69,6 +69,8 @@ def _engine(model_path: str, context_size: int, parallel: int, threads: int) -> 
             params.n_parallel = parallel
             params.cpuparams.n_threads = threads
             params.cpuparams_batch.n_threads = threads
+            params.cpuparams.poll = poll
+            params.cpuparams_batch.poll = poll
             params.verbosity = -1
             params.warmup = False
             _ENGINES[key] = xllamacpp.Server(params)
@@ -129,6 +131,9 @@ class LocalChatModel(BaseChatModel):
     """Requests decoded together by continuous batching."""
     threads: int = Field(default_factory=_default_threads)
     """CPU threads (``HYDE_LC_THREADS`` or all cores)."""
+    poll: int = 50
+    """llama.cpp busy-wait level between steps (0-100, its default 50). Spinning is fastest
+    on an idle machine; on a busy one, prefer ``threads=1`` (benchmarks/llm_threads.py)."""
 
     @property
     def _llm_type(self) -> str:
@@ -165,7 +170,7 @@ class LocalChatModel(BaseChatModel):
     def _engine(self) -> Any:
         if not os.path.isfile(self.model_path):
             raise HydeLcError(f"model file not found: {self.model_path}")
-        return _engine(self.model_path, self.context_size, self.parallel, self.threads)
+        return _engine(self.model_path, self.context_size, self.parallel, self.threads, self.poll)
 
     def _generate(
         self,

@@ -23,15 +23,12 @@ Example:
 
 from __future__ import annotations
 
-import asyncio
-import re
 import time
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langchain_chroma import Chroma
+from langchain_core.caches import BaseCache
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
     CallbackManagerForRetrieverRun,
@@ -47,14 +44,10 @@ from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, Field, field_validator
 
 from hyde_lc.fusion import FUSION_MODES, concat_text, fuse_mean, reciprocal_rank_fusion
+from hyde_lc.hypotheses import Hypotheses, awrite_hypotheses, write_hypotheses
 from hyde_lc.prompts import DEFAULT_PROMPT, get_prompt
 
 Fusion = Literal["mean", "concat", "rrf"]
-_REFUSAL = re.compile(
-    r"^\s*(i'?m sorry|i am sorry|sorry, i|i cannot|i can'?t|i'm unable|i am unable|"
-    r"as an ai|i do not have|i don'?t have (?:enough )?information)",
-    re.IGNORECASE,
-)
 _DETAILS_KEY = "_hyde_details"
 
 
@@ -69,12 +62,13 @@ class HyDEResult:
     fallback: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     hypothesis_messages: list[BaseMessage] = field(default_factory=list)
+    """The hypothesis LLM's fresh outputs, with token usage (cache hits have none)."""
     prompts: list[str] = field(default_factory=list)
-
-
-def is_refusal(text: str) -> bool:
-    """True for empty output and for the refusal openings small models produce."""
-    return not text.strip() or bool(_REFUSAL.match(text))
+    """The rendered hypothesis prompts."""
+    cache_hits: int = 0
+    """Hypotheses served from ``hypothesis_cache``."""
+    search_vectors: list[list[float]] = field(default_factory=list)
+    """The vector(s) searched: one fused vector, or one per ranking for ``rrf``."""
 
 
 class HyDERetriever(BaseRetriever):
@@ -120,6 +114,8 @@ class HyDERetriever(BaseRetriever):
     """With ``fusion="rrf"``: how deep each separate ranking goes."""
     timeout: float | None = 120.0
     """Seconds to wait for the hypotheses before falling back to the plain query."""
+    hypothesis_cache: BaseCache | None = None
+    """Optional cache of hypotheses (e.g. ``SQLiteCache(path)``), keyed per sample."""
 
     @field_validator("k")
     @classmethod
@@ -182,47 +178,29 @@ class HyDERetriever(BaseRetriever):
             raise ValueError("n_hypotheses > 0 needs a hypothesis_llm (or set n_hypotheses=0)")
         return self.hypothesis_llm
 
-    @staticmethod
-    def _accept(outputs: list[Any]) -> tuple[list[str], list[BaseMessage], str | None]:
-        messages = [o for o in outputs if isinstance(o, BaseMessage)]
-        texts = [(o.text if isinstance(o, BaseMessage) else str(o)).strip() for o in outputs]
-        kept = [t for t in texts if not is_refusal(t)]
-        reason = None if kept else ("empty or refusal" if texts else "no output")
-        return kept, messages, reason
-
     def generate_hypotheses(
         self, query: str, run_manager: CallbackManagerForRetrieverRun
-    ) -> tuple[list[str], list[BaseMessage], str | None]:
-        """Write the hypotheses concurrently: (kept texts, LLM messages, fallback reason)."""
-        llm = self._check_llm()
-        prompts = self.build_prompts(query)
-        pool = ThreadPoolExecutor(max_workers=1)
-        future = pool.submit(llm.batch, prompts, self._hypothesis_config(run_manager))
-        try:
-            outputs = future.result(timeout=self.timeout)
-        except FutureTimeout:
-            return [], [], f"timeout after {self.timeout}s"
-        except Exception as exc:
-            return [], [], f"error: {type(exc).__name__}: {exc}"
-        finally:
-            pool.shutdown(wait=False)
-        return self._accept(outputs)
+    ) -> Hypotheses:
+        """Write the hypotheses (concurrently, cache first) as children of this run."""
+        return write_hypotheses(
+            self._check_llm(),
+            self.build_prompts(query),
+            config=self._hypothesis_config(run_manager),
+            timeout=self.timeout,
+            cache=self.hypothesis_cache,
+        )
 
     async def agenerate_hypotheses(
         self, query: str, run_manager: AsyncCallbackManagerForRetrieverRun
-    ) -> tuple[list[str], list[BaseMessage], str | None]:
+    ) -> Hypotheses:
         """Async `generate_hypotheses`: the N generations are awaited together."""
-        llm = self._check_llm()
-        prompts = self.build_prompts(query)
-        try:
-            outputs = await asyncio.wait_for(
-                llm.abatch(prompts, self._hypothesis_config(run_manager)), timeout=self.timeout
-            )
-        except asyncio.TimeoutError:
-            return [], [], f"timeout after {self.timeout}s"
-        except Exception as exc:
-            return [], [], f"error: {type(exc).__name__}: {exc}"
-        return self._accept(outputs)
+        return await awrite_hypotheses(
+            self._check_llm(),
+            self.build_prompts(query),
+            config=self._hypothesis_config(run_manager),
+            timeout=self.timeout,
+            cache=self.hypothesis_cache,
+        )
 
     def _embed_inputs(self, payload: dict[str, Any]) -> list[list[float]]:
         """Embed what the fusion mode searches with (one vector per search)."""
@@ -295,74 +273,65 @@ class HyDERetriever(BaseRetriever):
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        k = int(kwargs.get("k", self.k))
-        timings: dict[str, float] = {}
-        hypotheses: list[str] = []
-        messages: list[BaseMessage] = []
-        fallback = None
         start = time.perf_counter()
-        if self.n_hypotheses:
-            hypotheses, messages, fallback = self.generate_hypotheses(query, run_manager)
-        timings["hypothesis_s"] = time.perf_counter() - start
+        written = self.generate_hypotheses(query, run_manager) if self.n_hypotheses else None
+        timings = {"hypothesis_s": time.perf_counter() - start}
         start = time.perf_counter()
-        embed = RunnableLambda(self._embed_inputs, name="hyde.embed")
-        vectors = embed.invoke(
-            {"query": query, "hypotheses": hypotheses},
-            RunnableConfig(callbacks=run_manager.get_child("hyde.embed"), tags=["hyde.embed"]),
+        vectors = RunnableLambda(self._embed_inputs, name="hyde.embed").invoke(
+            {"query": query, "hypotheses": written.texts if written else []},
+            self._embed_config(run_manager),
         )
         timings["embedding_s"] = time.perf_counter() - start
         start = time.perf_counter()
-        docs = self._search(vectors, k)
+        docs = self._search(vectors, int(kwargs.get("k", self.k)))
         timings["search_s"] = time.perf_counter() - start
-        return self._record(query, hypotheses, messages, fallback, docs, timings, kwargs)
+        return self._record(query, written, vectors, docs, timings, kwargs)
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        k = int(kwargs.get("k", self.k))
-        timings: dict[str, float] = {}
-        hypotheses: list[str] = []
-        messages: list[BaseMessage] = []
-        fallback = None
         start = time.perf_counter()
-        if self.n_hypotheses:
-            hypotheses, messages, fallback = await self.agenerate_hypotheses(query, run_manager)
-        timings["hypothesis_s"] = time.perf_counter() - start
+        written = await self.agenerate_hypotheses(query, run_manager) if self.n_hypotheses else None
+        timings = {"hypothesis_s": time.perf_counter() - start}
         start = time.perf_counter()
 
         async def aembed(payload: dict[str, Any]) -> list[list[float]]:
             return await run_in_executor(None, self._embed_inputs, payload)
 
-        embed = RunnableLambda(self._embed_inputs, afunc=aembed, name="hyde.embed")
-        vectors = await embed.ainvoke(
-            {"query": query, "hypotheses": hypotheses},
-            RunnableConfig(callbacks=run_manager.get_child("hyde.embed"), tags=["hyde.embed"]),
+        vectors = await RunnableLambda(self._embed_inputs, afunc=aembed, name="hyde.embed").ainvoke(
+            {"query": query, "hypotheses": written.texts if written else []},
+            self._embed_config(run_manager),
         )
         timings["embedding_s"] = time.perf_counter() - start
         start = time.perf_counter()
-        docs = await run_in_executor(None, self._search, vectors, k)
+        docs = await run_in_executor(None, self._search, vectors, int(kwargs.get("k", self.k)))
         timings["search_s"] = time.perf_counter() - start
-        return self._record(query, hypotheses, messages, fallback, docs, timings, kwargs)
+        return self._record(query, written, vectors, docs, timings, kwargs)
+
+    @staticmethod
+    def _embed_config(run_manager: Any) -> RunnableConfig:
+        return RunnableConfig(callbacks=run_manager.get_child("hyde.embed"), tags=["hyde.embed"])
 
     def _record(
         self,
         query: str,
-        hypotheses: list[str],
-        messages: list[BaseMessage],
-        fallback: str | None,
+        written: Hypotheses | None,
+        vectors: list[list[float]],
         docs: list[Document],
         timings: dict[str, float],
         kwargs: dict[str, Any],
     ) -> list[Document]:
         result = HyDEResult(
             query=query,
-            hypotheses=hypotheses,
+            hypotheses=written.texts if written else [],
             documents=docs,
             mode=self.mode,
-            fallback=fallback,
+            fallback=written.fallback if written else None,
             timings=timings,
-            hypothesis_messages=messages,
-            prompts=self.build_prompts(query) if self.n_hypotheses else [],
+            hypothesis_messages=written.messages if written else [],
+            prompts=written.prompts if written else [],
+            cache_hits=written.cache_hits if written else 0,
+            search_vectors=vectors,
         )
         holder = kwargs.get(_DETAILS_KEY)
         if isinstance(holder, list):

@@ -16,8 +16,12 @@ def test_notebook_executes(path, tmp_path, monkeypatch):
     monkeypatch.setenv("HYDE_LC_QUICKSTART_LLM", "local:smollm2-135m")
     monkeypatch.setenv("HYDE_LC_THREADS", os.environ.get("HYDE_LC_THREADS", "1"))
     notebook = nbformat.read(path, as_version=4)
-    NotebookClient(notebook, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    NotebookClient(
+        notebook,
+        timeout=600,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
+    ).execute()
     outputs = [o for cell in notebook.cells for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     text = "".join(o.get("text", "") for o in outputs)

@@ -25,8 +25,6 @@ from tests.conftest import SAMPLE_PDF
 pytestmark = pytest.mark.integration
 
 
-
-
 @pytest.fixture(scope="module")
 def lighthouse_store(tmp_path_factory: pytest.TempPathFactory) -> Chroma:
     """A persistent Chroma collection holding the sample PDF, built once per module."""

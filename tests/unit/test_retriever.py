@@ -5,15 +5,20 @@ from typing import Any
 from uuid import UUID
 
 import pytest
+from langchain_community.cache import SQLiteCache
+from langchain_core.caches import InMemoryCache
 from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.globals import set_llm_cache
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, ValidationError
 
 from hyde_lc.fusion import fuse_mean, reciprocal_rank_fusion
+from hyde_lc.hypotheses import is_refusal, llm_identity
 from hyde_lc.ingest import ingest_paths
-from hyde_lc.retriever import HyDERetriever, is_refusal
+from hyde_lc.local_llm import LocalChatModel
+from hyde_lc.retriever import HyDERetriever
 from hyde_lc.store import open_store
 
 TOPICS = [
@@ -36,15 +41,19 @@ class ScriptedChat(BaseChatModel):
     )
     delay: float = 0.0
     error: bool = False
-    counter: Any = None
+    counter: Any = Field(default_factory=itertools.count)
+    log: list[str] = Field(default_factory=list)
 
     @property
     def _llm_type(self) -> str:
         return "scripted"
 
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"replies": self.replies, "delay": self.delay}
+
     def _next(self) -> str:
-        if self.counter is None:
-            object.__setattr__(self, "counter", itertools.count())
+        self.log.append("call")
         if self.error:
             raise RuntimeError("model exploded")
         return self.replies[next(self.counter) % len(self.replies)]
@@ -269,3 +278,99 @@ def test_invalid_settings_are_refused_with_the_valid_choices(store):
         HyDERetriever(vectorstore=store, k=0)
     with pytest.raises(ValueError, match="hypothesis_llm"):
         HyDERetriever(vectorstore=store).invoke("q")
+
+
+def test_hypothesis_cache_makes_a_rerun_free(store):
+    llm = ScriptedChat(replies=["one", "two", "three"])
+    retriever = HyDERetriever(
+        vectorstore=store, hypothesis_llm=llm, n_hypotheses=3, hypothesis_cache=InMemoryCache()
+    )
+    first = retriever.retrieve_with_details("light")
+    second = retriever.retrieve_with_details("light")
+    assert len(llm.log) == 3  # the second run made no LLM call
+    assert sorted(second.hypotheses) == sorted(first.hypotheses) == ["one", "three", "two"]
+    assert (first.cache_hits, second.cache_hits) == (0, 3)
+    assert second.hypothesis_messages == []  # no tokens spent
+    assert _ids(second.documents) == _ids(first.documents)
+
+
+async def test_hypothesis_cache_async_and_persistent(store, tmp_path):
+    path = str(tmp_path / "hyp.sqlite")
+    llm = ScriptedChat(replies=["alpha", "beta"])
+
+    def make():
+        return HyDERetriever(
+            vectorstore=store,
+            hypothesis_llm=llm,
+            n_hypotheses=2,
+            hypothesis_cache=SQLiteCache(database_path=path),
+        )
+
+    first = await make().aretrieve_with_details("tides")
+    second = make().retrieve_with_details("tides")  # a new cache object on the same file
+    assert len(llm.log) == 2 and second.cache_hits == 2
+    assert sorted(second.hypotheses) == sorted(first.hypotheses) == ["alpha", "beta"]
+
+
+def test_cache_is_keyed_by_question_and_model_settings(store):
+    cache = InMemoryCache()
+    llm = ScriptedChat(replies=["p"])
+    HyDERetriever(vectorstore=store, hypothesis_llm=llm, hypothesis_cache=cache).invoke("a")
+    HyDERetriever(vectorstore=store, hypothesis_llm=llm, hypothesis_cache=cache).invoke("b")
+    hotter = ScriptedChat(replies=["p"], delay=0.001)  # other parameters: another model string
+    HyDERetriever(vectorstore=store, hypothesis_llm=hotter, hypothesis_cache=cache).invoke("a")
+    assert len(llm.log) == 2 and len(hotter.log) == 1
+
+
+def test_cache_identity_of_local_models_includes_sampling_settings():
+    hot = LocalChatModel(model_path="m.gguf", model_name="m", temperature=0.7)
+    cold = LocalChatModel(model_path="m.gguf", model_name="m", temperature=0.0)
+    assert llm_identity(hot) != llm_identity(cold)
+    assert llm_identity(hot) == llm_identity(hot.model_copy())
+
+
+def test_failures_are_not_cached(store):
+    llm = ScriptedChat(replies=["I'm sorry, I can't."])
+    retriever = HyDERetriever(
+        vectorstore=store, hypothesis_llm=llm, hypothesis_cache=InMemoryCache()
+    )
+    assert retriever.retrieve_with_details("q").fallback
+    retriever.retrieve_with_details("q")
+    assert len(llm.log) == 2
+
+
+def test_a_global_llm_cache_does_not_collapse_samples(store):
+    set_llm_cache(InMemoryCache())
+    try:
+        llm = ScriptedChat(replies=["one", "two", "three"])
+        retriever = HyDERetriever(vectorstore=store, hypothesis_llm=llm, n_hypotheses=3)
+        retriever.invoke("light")
+        again = retriever.retrieve_with_details("light")
+        assert sorted(again.hypotheses) != ["one", "one", "one"]
+        assert len(set(again.hypotheses)) == 3
+    finally:
+        set_llm_cache(None)
+
+
+def test_mmr_and_metadata_filter(store):
+    mmr = HyDERetriever(vectorstore=store, hypothesis_llm=ScriptedChat(), search_type="mmr", k=4)
+    docs = mmr.invoke("light")
+    assert len(docs) == 4 and len({d.id for d in docs}) == 4
+    only = HyDERetriever(
+        vectorstore=store,
+        hypothesis_llm=ScriptedChat(),
+        k=3,
+        search_kwargs={"filter": {"file_name": "t5.txt"}},
+    )
+    assert {d.metadata["file_name"] for d in only.invoke("light")} == {"t5.txt"}
+
+
+def test_result_exposes_the_searched_vectors(store, fake_embeddings):
+    retriever = HyDERetriever(
+        vectorstore=store, hypothesis_llm=ScriptedChat(replies=["h"]), fusion="rrf"
+    )
+    result = retriever.retrieve_with_details("q")
+    assert result.search_vectors == [
+        pytest.approx(fake_embeddings.embed_query("q")),
+        pytest.approx(fake_embeddings.embed_documents(["h"])[0]),
+    ]
