@@ -1,9 +1,13 @@
 """Answering strictly from retrieved context, with citations, as LCEL runnables.
 
 `build_answer_chain` turns any retriever plus a chat model into a runnable from a
-question to ``{"question", "documents", "answer"}``. The prompt numbers each context
-passage with its file and page, asks for citations in that form, and tells the model to
+question to ``{"question", "documents", "answer", "sources"}``. The prompt numbers each
+context passage with its file and page, asks for ``[n]`` citations, and tells the model to
 say it does not have enough information when the context lacks the answer.
+
+Small models cite unreliably, so ``sources`` does not depend on it: it lists the passages
+the answer cites, or, when it cites none, every passage it was given; and nothing when
+the model said it lacks the information.
 
 Example:
     >>> from hyde_lc import HyDERetriever, build_answer_chain, load_llm, open_store
@@ -16,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,11 +38,11 @@ ANSWER_PROMPT = ChatPromptTemplate.from_messages(
         (
             "system",
             "You answer questions using only the numbered context passages provided. "
-            "Do not use outside knowledge. Cite the passages you use in square brackets, "
-            "like [1] or [2]. If the context does not contain the answer, reply exactly: "
-            f'"{NOT_ENOUGH_INFORMATION}"',
+            "Do not use outside knowledge. After each sentence, cite the passage numbers it "
+            "relies on in square brackets, like [2]. If the context does not contain the "
+            f'answer, reply exactly: "{NOT_ENOUGH_INFORMATION}"',
         ),
-        ("human", "Context:\n{context}\n\nQuestion: {question}\n\nAnswer:"),
+        ("human", "Context:\n{context}\n\nQuestion: {question}\n\nAnswer (with [n] citations):"),
     ]
 )
 """The answering prompt (variables ``context`` and ``question``)."""
@@ -63,6 +68,21 @@ def format_context(documents: Sequence[Document]) -> str:
     )
 
 
+def is_abstention(answer: str) -> bool:
+    """True when the answer says the context lacks the information."""
+    return "enough information" in answer.lower()
+
+
+def cited_sources(answer: str, documents: Sequence[Document]) -> list[str]:
+    """``[n] file, p. N`` for the passages behind an answer (see the module docstring)."""
+    if is_abstention(answer):
+        return []
+    numbers = [int(n) for n in re.findall(r"\[(\d+)\]", answer)]
+    cited = [n for n in dict.fromkeys(numbers) if 1 <= n <= len(documents)]
+    chosen = cited or list(range(1, len(documents) + 1))
+    return [f"[{n}] {citation(documents[n - 1])}" for n in chosen]
+
+
 def answer_from_documents(llm: BaseLanguageModel) -> Runnable[dict[str, Any], str]:
     """A runnable from ``{"question", "documents"}`` to the answer text."""
     to_prompt = RunnableLambda(
@@ -78,8 +98,13 @@ def answer_from_documents(llm: BaseLanguageModel) -> Runnable[dict[str, Any], st
 def build_answer_chain(
     retriever: BaseRetriever, llm: BaseLanguageModel
 ) -> Runnable[str, dict[str, Any]]:
-    """Question -> ``{"question", "documents", "answer"}``, retrieving then answering."""
+    """Question -> ``{"question", "documents", "answer", "sources"}``."""
+    add_sources = RunnableLambda(
+        lambda out: {**out, "sources": cited_sources(out["answer"], out["documents"])},
+        name="cited_sources",
+    )
     return (
         {"question": RunnablePassthrough(), "documents": retriever}
         | RunnablePassthrough.assign(answer=answer_from_documents(llm))
+        | add_sources
     ).with_config(run_name="hyde_lc.answer_chain")

@@ -132,7 +132,7 @@ def _build_retriever(args: argparse.Namespace, store: Any, writer: Any) -> Any:
 
 def cmd_ask(args: argparse.Namespace) -> int:
     """``hyde-lc ask``: hypotheses, retrieved chunks, answer and timings."""
-    from hyde_lc.answer import answer_from_documents, citation
+    from hyde_lc.answer import answer_from_documents, citation, cited_sources
     from hyde_lc.models import llm_model_name, load_llm, resolve_llm_spec
 
     if not args.question.strip():
@@ -211,6 +211,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if answer is not None:
         print(f"\n--- Answer ({models['answer_llm']}) ---")
         print(textwrap.fill(answer, width, replace_whitespace=False))
+        sources = cited_sources(answer, result.documents)
+        if sources:
+            print("Sources: " + "; ".join(sources))
     print("\n--- Timings ---")
     print("  ".join(f"{k.removesuffix('_s')} {v:.2f} s" for k, v in timings.items()))
     return 0
