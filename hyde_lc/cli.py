@@ -175,6 +175,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
                     for d in result.documents
                 ],
                 "answer": answer,
+                "sources": [] if answer is None else cited_sources(answer, result.documents),
                 "timings": {k: round(v, 4) for k, v in timings.items()},
                 "models": models,
             }
