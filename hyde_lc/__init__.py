@@ -14,6 +14,7 @@ from hyde_lc.answer import build_answer_chain
 from hyde_lc.errors import HydeLcError
 from hyde_lc.ingest import IngestReport, ingest_paths
 from hyde_lc.models import load_embeddings, load_llm
+from hyde_lc.neighbors import NeighborExpandingRetriever
 from hyde_lc.prompts import PROMPTS
 from hyde_lc.retriever import HyDEResult, HyDERetriever
 from hyde_lc.store import collection_info, open_store
@@ -24,6 +25,7 @@ __all__ = [
     "HyDERetriever",
     "HydeLcError",
     "IngestReport",
+    "NeighborExpandingRetriever",
     "build_answer_chain",
     "collection_info",
     "ingest_paths",

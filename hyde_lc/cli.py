@@ -16,6 +16,7 @@ import os
 import sys
 import textwrap
 import time
+import warnings
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -127,7 +128,52 @@ def _build_retriever(args: argparse.Namespace, store: Any, writer: Any) -> Any:
         n_hypotheses=0 if writer is None else args.n_hypotheses,
         fusion=args.fusion,
         prompt=args.prompt,
+        include_query=not args.hypotheses_only,
+        timeout=args.timeout,
+        hypothesis_cache=_hypothesis_cache(args.hypothesis_cache),
     )
+
+
+def _hypothesis_cache(path: str | None) -> Any:
+    if not path:
+        return None
+    from langchain_community.cache import SQLiteCache
+
+    file = Path(path).expanduser()
+    file.parent.mkdir(parents=True, exist_ok=True)
+    return SQLiteCache(database_path=str(file))
+
+
+def _expanded(args: argparse.Namespace, store: Any, retriever: Any) -> Any:
+    """HyDE (or standard) hits widened into windows; the result keeps the hypotheses."""
+    from langchain_core.caches import InMemoryCache
+
+    from hyde_lc.neighbors import NeighborExpandingRetriever
+
+    if retriever.hypothesis_cache is None:  # extra rounds reuse the same hypotheses
+        retriever.hypothesis_cache = InMemoryCache()
+    expander = NeighborExpandingRetriever(
+        base_retriever=retriever,
+        vectorstore=store,
+        k=args.k,
+        window=args.window,
+        order=args.order,
+    )
+    results: list[Any] = []
+
+    def fetch(n: int) -> list[Any]:
+        results.append(retriever.retrieve_with_details(args.question, k=n))
+        return results[-1].documents
+
+    started = time.perf_counter()
+    windows = expander.gather(fetch)
+    result = results[0]
+    result.documents = windows
+    result.timings["hypothesis_s"] = sum(r.timings["hypothesis_s"] for r in results)
+    result.timings["expansion_s"] = (
+        time.perf_counter() - started - sum(sum(r.timings.values()) for r in results)
+    )
+    return result
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
@@ -146,7 +192,10 @@ def cmd_ask(args: argparse.Namespace) -> int:
     llm = None if args.no_answer else load_llm(args.answer_llm, role="answer")
     store = _open(args, must_exist=True)
     retriever = _build_retriever(args, store, writer)
-    result = retriever.retrieve_with_details(args.question)
+    if args.window is None:
+        result = retriever.retrieve_with_details(args.question)
+    else:
+        result = _expanded(args, store, retriever)
     timings = dict(result.timings)
     answer = None
     if llm is not None:
@@ -169,6 +218,16 @@ def cmd_ask(args: argparse.Namespace) -> int:
                 "question": args.question,
                 "mode": result.mode,
                 "fallback": result.fallback,
+                "cache_hits": result.cache_hits,
+                "settings": {
+                    "k": args.k,
+                    "n_hypotheses": retriever.n_hypotheses,
+                    "fusion": args.fusion,
+                    "prompt": args.prompt,
+                    "include_query": not args.hypotheses_only,
+                    "window": args.window,
+                    "order": args.order,
+                },
                 "hypotheses": result.hypotheses,
                 "documents": [
                     {"text": d.page_content, "citation": citation(d), **d.metadata}
@@ -195,11 +254,19 @@ def cmd_ask(args: argparse.Namespace) -> int:
     for i, hypothesis in enumerate(result.hypotheses, start=1):
         print(f"\n--- Hypothetical document {i} ---")
         print(textwrap.fill(hypothesis, width))
-    print("\n--- Retrieved chunks ---")
+    print(
+        "\n--- Retrieved windows ---" if args.window is not None else "\n--- Retrieved chunks ---"
+    )
     for i, doc in enumerate(result.documents, start=1):
         score = doc.metadata.get("score")
+        meta = doc.metadata
+        where = (
+            f"chunks {meta['window_start']}-{meta['window_end']}, hit {meta['hit_chunk_index']}"
+            if "window_start" in meta
+            else f"chunk {meta.get('chunk_index')}"
+        )
         print(
-            f"[{i}] {citation(doc)}  (chunk {doc.metadata.get('chunk_index')}"
+            f"[{i}] {citation(doc)}  ({where}"
             + (f", score {score:.3f})" if isinstance(score, float) else ")")
         )
         preview = " ".join(doc.page_content.split())
@@ -248,6 +315,32 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--fusion", choices=FUSION_MODES, default="mean")
     ask.add_argument("--n-hypotheses", type=_positive_int, default=1)
     ask.add_argument("--prompt", choices=sorted(PROMPTS), default=DEFAULT_PROMPT)
+    ask.add_argument(
+        "--hypotheses-only", action="store_true", help="leave the question out of the fusion"
+    )
+    ask.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="seconds to wait for hypotheses before using the plain question",
+    )
+    ask.add_argument(
+        "--hypothesis-cache",
+        metavar="FILE",
+        help="SQLite file caching hypotheses (a rerun costs no LLM call)",
+    )
+    ask.add_argument(
+        "--window",
+        type=_non_negative_int,
+        metavar="N",
+        help="widen each hit with N neighbouring chunks on each side",
+    )
+    ask.add_argument(
+        "--order",
+        choices=("relevance", "document"),
+        default="relevance",
+        help="with --window: windows by relevance or in reading order",
+    )
     ask.add_argument("--hypothesis-llm", help="model spec ($HYDE_LC_HYPOTHESIS_LLM)")
     ask.add_argument("--answer-llm", help="model spec ($HYDE_LC_ANSWER_LLM)")
     ask.add_argument("--no-answer", action="store_true", help="retrieve only")
@@ -272,9 +365,21 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (2 for errors the user can fix)."""
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+    # langchain-community's SQLiteCache warns about a future default on every lookup.
+    warnings.filterwarnings("ignore", message="The default value of `allowed_objects`")
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))

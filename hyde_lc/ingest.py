@@ -3,8 +3,9 @@
 Each file becomes one *document*: its pages' text joined with blank lines (pages with
 almost no text, such as scans or blank pages, are skipped and reported). The document
 is split with LangChain's recursive character splitter, so chunks may cross pages;
-every chunk records where it starts in the document text (``start_index``), the pages
-it spans, and its position (``chunk_index``, consecutive from 0).
+every chunk records where it starts in the document text (``start_index``), the
+whitespace the splitter dropped before it (``gap_before``), the pages it spans, and its
+position (``chunk_index``, consecutive from 0).
 
 Ids are derived from content: ingesting an unchanged file again changes nothing (and
 embeds nothing); a changed file's new chunks are written first and its old chunks
@@ -198,8 +199,13 @@ def split_document(
     pieces = splitter.create_documents([doc.text])
     doc_id = doc.doc_id
     chunks = []
+    previous_end = 0
     for index, piece in enumerate(pieces):
         start = int(piece.metadata["start_index"])
+        # The splitter strips the whitespace between chunks; keeping it lets a window of
+        # neighbouring chunks be rebuilt exactly as the document reads.
+        gap_before = doc.text[previous_end:start] if start > previous_end else ""
+        previous_end = max(previous_end, start + len(piece.page_content))
         key = f"{doc.source}\0{doc_id}\0{chunk_size}\0{chunk_overlap}\0{index}"
         chunks.append(
             Chunk(
@@ -213,6 +219,7 @@ def split_document(
                     "chunk_index": index,
                     "chunk_count": len(pieces),
                     "start_index": start,
+                    "gap_before": gap_before,
                     "doc_id": doc_id,
                     "embedding_model": embedding_model,
                 },

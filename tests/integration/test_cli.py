@@ -92,12 +92,59 @@ def test_ask_text_output_shows_every_stage(env, ingested):
     assert "Mode: hyde:rrf" in out.stdout
 
 
+def test_ask_with_windows_and_settings(env, ingested):
+    out = run(
+        env,
+        "ask",
+        QUESTION,
+        "--mode",
+        "standard",
+        "--window",
+        "1",
+        "--k",
+        "2",
+        "--order",
+        "document",
+        "--json",
+        "--no-answer",
+    )
+    assert out.returncode == 0, out.stderr
+    record = json.loads(out.stdout)
+    assert record["settings"]["window"] == 1 and record["settings"]["order"] == "document"
+    docs = record["documents"]
+    assert len(docs) == 2
+    assert all(d["window_start"] <= d["hit_chunk_index"] <= d["window_end"] for d in docs)
+    assert docs[0]["window_start"] < docs[1]["window_start"]  # reading order
+    assert "expansion_s" in record["timings"]
+    text = run(env, "ask", QUESTION, "--mode", "standard", "--window", "1", "--no-answer")
+    assert "--- Retrieved windows ---" in text.stdout and ", hit " in text.stdout
+
+
+def test_hypothesis_cache_makes_the_second_ask_reuse_hypotheses(env, ingested, tmp_path):
+    args = [
+        "ask",
+        QUESTION,
+        "--no-answer",
+        "--json",
+        "--hypotheses-only",
+        "--n-hypotheses",
+        "2",
+        "--hypothesis-cache",
+        str(tmp_path / "hyp" / "cache.sqlite"),
+    ]
+    first, second = (json.loads(run(env, *args).stdout) for _ in range(2))
+    assert first["cache_hits"] == 0 and second["cache_hits"] == 2
+    assert second["hypotheses"] == first["hypotheses"]
+    assert second["settings"]["include_query"] is False
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["ask", QUESTION, "--fusion", "max"], "choose from 'mean', 'concat', 'rrf'"),
         (["ask", QUESTION, "--prompt", "poem"], "invalid choice: 'poem'"),
         (["ask", QUESTION, "--k", "0"], "must be at least 1"),
+        (["ask", QUESTION, "--window", "-1"], "must be 0 or more"),
         (["ask", "   "], "the question is empty"),
         (["ask", QUESTION, "--hypothesis-llm", "local:gpt-9"], "unknown local model"),
         (["ingest", "/no/such/file.pdf"], "no such file"),
@@ -106,7 +153,7 @@ def test_ask_text_output_shows_every_stage(env, ingested):
             "was built with embedding model 'local:minilm'",
         ),
     ],
-    ids=["fusion", "prompt", "k", "empty-question", "model", "missing-file", "mismatch"],
+    ids=["fusion", "prompt", "k", "window", "empty-question", "model", "missing-file", "mismatch"],
 )
 def test_bad_input_exits_non_zero_with_a_clear_message(env, ingested, args, message):
     digest = tree_digest(Path(env["HYDE_LC_STORE"]))

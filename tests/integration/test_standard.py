@@ -19,7 +19,14 @@ from langchain_chroma import Chroma
 from langchain_core.language_models import BaseLanguageModel
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 
-from hyde_lc import HyDERetriever, ingest_paths, load_embeddings, load_llm, open_store
+from hyde_lc import (
+    HyDERetriever,
+    NeighborExpandingRetriever,
+    ingest_paths,
+    load_embeddings,
+    load_llm,
+    open_store,
+)
 from tests.conftest import SAMPLE_PDF
 
 pytestmark = pytest.mark.integration
@@ -105,3 +112,25 @@ class TestHyDEConcatStandard(_HyDEStandardTests):
     """Query and hypothesis embedded as one concatenated passage."""
 
     hyde_params = {"n_hypotheses": 1, "fusion": "concat"}  # noqa: RUF012
+
+
+class TestNeighborExpandingStandard(RetrieversIntegrationTests):
+    """The standard suite for NeighborExpandingRetriever over HyDE over real Chroma."""
+
+    @pytest.fixture(autouse=True)
+    def _bind_components(self, lighthouse_store: Chroma, hypothesis_llm: BaseLanguageModel) -> None:
+        self.store = lighthouse_store
+        self.llm = hypothesis_llm
+
+    @property
+    def retriever_constructor(self) -> type[NeighborExpandingRetriever]:
+        return NeighborExpandingRetriever
+
+    @property
+    def retriever_constructor_params(self) -> dict[str, Any]:
+        base = HyDERetriever(vectorstore=self.store, hypothesis_llm=self.llm)
+        return {"base_retriever": base, "k": 2, "window": 1}
+
+    @property
+    def retriever_query_example(self) -> str:
+        return "How did keepers look after the lamp?"

@@ -1,0 +1,329 @@
+"""`NeighborExpandingRetriever`: widen each hit with its neighbouring chunks.
+
+A chunk often lacks the sentences around the answer. This retriever asks any base
+retriever over a hyde_lc collection (plain Chroma, or `HyDERetriever`) for hits, then
+turns each hit into a *window*: the hit plus ``before`` chunks before it and ``after``
+after it, from the same document only. The pipeline::
+
+    base hits (ranked) --> windows per hit, clipped to the document
+      --> windows that overlap or touch in a document are merged (best score kept)
+      --> the first k windows --> one Chroma query fetches every chunk they cover
+      --> each window's chunks joined, overlap removed, as one Document
+
+Windows never share text, so nothing appears twice; the base is asked for more hits than
+``k`` so that merging still leaves ``k`` windows when the collection has them.
+
+Example:
+    >>> from hyde_lc import NeighborExpandingRetriever, open_store
+    >>> store = open_store()  # doctest: +SKIP
+    >>> retriever = NeighborExpandingRetriever(
+    ...     base_retriever=store.as_retriever(), vectorstore=store, k=3, window=1
+    ... )  # doctest: +SKIP
+    >>> docs = retriever.invoke("How were lighthouse lamps fuelled?")  # doctest: +SKIP
+    >>> docs[0].metadata["window_start"], docs[0].metadata["window_end"]  # doctest: +SKIP
+    (11, 13)
+
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from langchain_chroma import Chroma
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForRetrieverRun,
+    CallbackManagerForRetrieverRun,
+)
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables.config import run_in_executor
+from pydantic import ConfigDict, field_validator, model_validator
+
+from hyde_lc.errors import HydeLcError
+
+REQUIRED_METADATA = ("source", "chunk_index", "start_index")
+
+
+@dataclass
+class Window:
+    """A run of consecutive chunks ``[start, end]`` of one document, with its hits."""
+
+    source: str
+    start: int
+    end: int
+    hits: list[Document] = field(default_factory=list)
+
+    def touches(self, other: Window) -> bool:
+        """Same document, and the ranges overlap or are adjacent."""
+        return (
+            self.source == other.source
+            and self.start <= other.end + 1
+            and other.start <= self.end + 1
+        )
+
+    def absorb(self, other: Window) -> None:
+        """Extend to cover ``other`` and keep its hits after ours (ours rank higher)."""
+        self.start, self.end = min(self.start, other.start), max(self.end, other.end)
+        self.hits.extend(other.hits)
+
+
+def window_of(hit: Document, before: int, after: int) -> Window:
+    """The window around one hit, clipped to its document's first and last chunk."""
+    meta = hit.metadata
+    missing = [key for key in REQUIRED_METADATA if key not in meta]
+    if missing:
+        raise HydeLcError(
+            "NeighborExpandingRetriever needs hits from a collection ingested by hyde_lc "
+            f"(metadata {', '.join(REQUIRED_METADATA)}); this hit lacks {', '.join(missing)} "
+            f"(it has: {', '.join(sorted(meta)) or 'no metadata'}). Ingest the documents "
+            "with `hyde-lc ingest` or hyde_lc.ingest_paths."
+        )
+    index = int(meta["chunk_index"])
+    last = int(meta["chunk_count"]) - 1 if "chunk_count" in meta else index + after
+    return Window(str(meta["source"]), max(0, index - before), min(last, index + after), [hit])
+
+
+def select_windows(hits: Sequence[Document], k: int, before: int, after: int) -> list[Window]:
+    """Windows for ranked hits, merged where they overlap or touch, at most ``k`` of them.
+
+    Hits are taken in rank order; a hit whose window touches a chosen one is merged into
+    it (a merge can join two chosen windows); hits stop being taken once ``k`` windows exist.
+    """
+    windows: list[Window] = []
+    for hit in hits:
+        candidate = window_of(hit, before, after)
+        touching = [w for w in windows if w.touches(candidate)]
+        if touching:
+            keep = touching[0]
+            keep.absorb(candidate)
+            for other in touching[1:]:
+                keep.absorb(other)
+                windows.remove(other)
+        elif len(windows) < k:
+            windows.append(candidate)
+        else:
+            break
+    return windows
+
+
+def join_chunks(chunks: Sequence[Document]) -> str:
+    """Consecutive chunks as one text: the overlap cut once, dropped whitespace restored."""
+    text = ""
+    end = None
+    for chunk in chunks:
+        start = int(chunk.metadata["start_index"])
+        body = chunk.page_content
+        if end is None:
+            text = body
+        elif start < end:
+            text += body[end - start :]
+        else:
+            text += chunk.metadata.get("gap_before") or " "
+            text += body
+        end = max(end or 0, start + len(body))
+    return text
+
+
+def trim_to_budget(chunks: list[Document], hit_indexes: set[int], max_chars: int) -> list[Document]:
+    """Keep the hit chunks, then neighbours alternately after and before, within budget."""
+    positions = [i for i, c in enumerate(chunks) if c.metadata["chunk_index"] in hit_indexes]
+    lo, hi = min(positions), max(positions)
+    while True:
+        grown = False
+        for step in ((lo, hi + 1), (lo - 1, hi)):
+            if step[0] >= 0 and step[1] < len(chunks) and (step[0], step[1]) != (lo, hi):
+                trial = chunks[step[0] : step[1] + 1]
+                if len(join_chunks(trial)) <= max_chars:
+                    lo, hi = step
+                    grown = True
+        if not grown:
+            return chunks[lo : hi + 1]
+
+
+def pages_of(chunks: Sequence[Document]) -> list[int]:
+    """Every page the chunks touch (each chunk spans ``page`` to ``page_end``)."""
+    pages: set[int] = set()
+    for chunk in chunks:
+        first = chunk.metadata.get("page")
+        if first is not None:
+            last = chunk.metadata.get("page_end", first)
+            pages.update(range(int(first), int(last) + 1))
+    return sorted(pages)
+
+
+class NeighborExpandingRetriever(BaseRetriever):
+    """Context-enriched retrieval: each hit widened with neighbouring chunks.
+
+    Example:
+        >>> from hyde_lc import HyDERetriever, NeighborExpandingRetriever, load_llm, open_store
+        >>> store = open_store()  # doctest: +SKIP
+        >>> hyde = HyDERetriever(vectorstore=store, hypothesis_llm=load_llm(role="hypothesis"))
+        ... # doctest: +SKIP
+        >>> wide = NeighborExpandingRetriever(base_retriever=hyde, k=4, before=1, after=2)
+        ... # doctest: +SKIP
+        >>> wide.invoke("Why were keepers withdrawn?", k=2)  # doctest: +SKIP
+
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    base_retriever: BaseRetriever
+    """Finds the hits (any retriever over a collection ingested by hyde_lc)."""
+    vectorstore: Chroma | None = None
+    """Where neighbours are fetched; defaults to the base retriever's ``vectorstore``."""
+    k: int = 4
+    """Windows returned; ``invoke(q, k=N)`` overrides it per call."""
+    window: int = 1
+    """Neighbours on each side (used where ``before``/``after`` are not given)."""
+    before: int | None = None
+    """Neighbours before each hit (defaults to ``window``)."""
+    after: int | None = None
+    """Neighbours after each hit (defaults to ``window``)."""
+    order: Literal["relevance", "document"] = "relevance"
+    """Windows by their best hit's rank, or in reading order (by source, then position)."""
+    max_chars: int | None = None
+    """Optional budget per window: neighbours are dropped (farthest first) to fit."""
+    candidates: int | None = None
+    """Base hits requested per call (default 3 x k), so merged windows still make k."""
+
+    @field_validator("k", "window")
+    @classmethod
+    def _positive(cls, value: int, info: Any) -> int:
+        floor = 1 if info.field_name == "k" else 0
+        if value < floor:
+            raise ValueError(f"{info.field_name} must be at least {floor}, got {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _resolve_store(self) -> NeighborExpandingRetriever:
+        if self.vectorstore is None:
+            found = getattr(self.base_retriever, "vectorstore", None)
+            if not isinstance(found, Chroma):
+                raise ValueError(
+                    "NeighborExpandingRetriever needs the Chroma store the hits come from: "
+                    "pass vectorstore=... (the base retriever does not expose one)"
+                )
+            self.vectorstore = found
+        for name in ("before", "after"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be 0 or more, got {value}")
+        return self
+
+    @property
+    def span(self) -> tuple[int, int]:
+        """(before, after) in force."""
+        before = self.window if self.before is None else self.before
+        after = self.window if self.after is None else self.after
+        return before, after
+
+    def _fetch(self, windows: list[Window]) -> dict[str, list[Document]]:
+        """Every chunk the windows cover, in one Chroma query, by source, in order."""
+        clauses = [
+            {
+                "$and": [
+                    {"source": w.source},
+                    {"chunk_index": {"$gte": w.start}},
+                    {"chunk_index": {"$lte": w.end}},
+                ]
+            }
+            for w in windows
+        ]
+        where = clauses[0] if len(clauses) == 1 else {"$or": clauses}
+        assert self.vectorstore is not None
+        got = self.vectorstore._collection.get(where=where, include=["documents", "metadatas"])
+        by_source: dict[str, list[Document]] = {}
+        for id_, text, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True):
+            doc = Document(page_content=text or "", metadata=dict(meta or {}), id=id_)
+            by_source.setdefault(str(doc.metadata["source"]), []).append(doc)
+        for chunks in by_source.values():
+            chunks.sort(key=lambda d: int(d.metadata["chunk_index"]))
+        return by_source
+
+    def _assemble(self, window: Window, chunks: list[Document]) -> Document:
+        inside = [c for c in chunks if window.start <= int(c.metadata["chunk_index"]) <= window.end]
+        hit_indexes = {int(h.metadata["chunk_index"]) for h in window.hits}
+        if self.max_chars is not None:
+            inside = trim_to_budget(inside, hit_indexes, self.max_chars)
+        best = window.hits[0]
+        first, last = inside[0].metadata, inside[-1].metadata
+        pages = pages_of(inside)
+        metadata = {
+            **best.metadata,
+            "hit_chunk_index": int(best.metadata["chunk_index"]),
+            "hit_chunk_indexes": sorted(hit_indexes),
+            "window_start": int(first["chunk_index"]),
+            "window_end": int(last["chunk_index"]),
+            "start_index": int(first["start_index"]),
+            "page": pages[0] if pages else first.get("page"),
+            "page_end": pages[-1] if pages else last.get("page_end"),
+            "pages": pages,
+            "score": best.metadata.get("score"),
+        }
+        metadata.pop("chunk_index", None)
+        metadata.pop("gap_before", None)
+        doc_id = first.get("doc_id", window.source)
+        return Document(
+            page_content=join_chunks(inside),
+            metadata=metadata,
+            id=f"{doc_id}:{metadata['window_start']}-{metadata['window_end']}",
+        )
+
+    def expand(self, hits: Sequence[Document], k: int | None = None) -> list[Document]:
+        """Turn ranked hits into at most ``k`` merged, expanded windows (one fetch)."""
+        k = k or self.k
+        return self._materialise(select_windows(hits, k, *self.span))
+
+    def _materialise(self, windows: list[Window]) -> list[Document]:
+        if not windows:
+            return []
+        chunks = self._fetch(windows)
+        out = [self._assemble(w, chunks.get(w.source, [])) for w in windows]
+        if self.order == "document":
+            out.sort(key=lambda d: (str(d.metadata["source"]), d.metadata["window_start"]))
+        return out
+
+    def _enough(self, hits: list[Document], request: int, k: int) -> list[Window] | None:
+        """The windows if they make ``k`` or the base has no more hits; else None."""
+        windows = select_windows(hits, k, *self.span)
+        assert self.vectorstore is not None
+        exhausted = len(hits) < request or request >= self.vectorstore._collection.count()
+        return windows if len(windows) >= k or exhausted else None
+
+    # Merging shrinks the window count, so the base is asked again for twice as many hits
+    # until k windows exist or it runs out. A HyDE base writes its hypotheses again on each
+    # extra round unless it has a hypothesis_cache; `candidates` sets the first request.
+
+    def gather(
+        self, fetch: Callable[[int], Sequence[Document]], k: int | None = None
+    ) -> list[Document]:
+        """Expand hits from ``fetch(n)`` (n ranked hits), asking for more until k windows."""
+        k = k or self.k
+        request = self.candidates or 3 * k
+        while (windows := self._enough(list(fetch(request)), request, k)) is None:
+            request *= 2
+        return self._materialise(windows)
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        config = {"callbacks": run_manager.get_child("neighbors.base")}
+        return self.gather(
+            lambda n: self.base_retriever.invoke(query, config, k=n), int(kwargs.get("k", self.k))
+        )
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        k = int(kwargs.get("k", self.k))
+        request = self.candidates or 3 * k
+        config = {"callbacks": run_manager.get_child("neighbors.base")}
+        while (
+            windows := self._enough(
+                await self.base_retriever.ainvoke(query, config, k=request), request, k
+            )
+        ) is None:
+            request *= 2
+        return await run_in_executor(None, self._materialise, windows)

@@ -1,0 +1,247 @@
+import itertools
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from pydantic import Field, ValidationError
+
+from hyde_lc.errors import HydeLcError
+from hyde_lc.ingest import ingest_paths, load_document
+from hyde_lc.neighbors import NeighborExpandingRetriever, join_chunks
+from hyde_lc.retriever import HyDERetriever
+from hyde_lc.store import iter_metadatas, open_store
+from tests.unit.test_retriever import ScriptedChat
+
+
+class FixedHits(BaseRetriever):
+    """Returns the given hits in order (at most k), like a ranked base retriever."""
+
+    hits: list[Document]
+    requests: list[int | None] = Field(default_factory=list)
+
+    def _get_relevant_documents(self, query, *, run_manager, k=None, **kwargs):
+        self.requests.append(k)
+        return self.hits[: k or len(self.hits)]
+
+    async def _aget_relevant_documents(self, query, *, run_manager, k=None, **kwargs):
+        return self.hits[: k or len(self.hits)]
+
+
+def unique_text(tag: str, paragraphs: int) -> str:
+    """Paragraphs of sentences that never repeat (so duplicated text is detectable)."""
+    return "\n\n".join(
+        " ".join(
+            f"In {tag} paragraph {p}, sentence {s} names item {p * 10 + s} and "
+            f"harbour {(p * 7 + s) % 23}."
+            for s in range(4)
+        )
+        for p in range(paragraphs)
+    )
+
+
+@pytest.fixture
+def corpus(tmp_path, fake_embeddings):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.txt").write_text(unique_text("alpha", 12))
+    (folder / "b.txt").write_text(unique_text("beta", 4))
+    store = open_store(tmp_path / "store", embeddings=fake_embeddings)
+    ingest_paths([folder], store, chunk_size=120, chunk_overlap=40, progress=False)
+    chunks: dict[tuple[str, int], Document] = {}
+    got = store._collection.get(include=["documents", "metadatas"])
+    for id_, text, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True):
+        chunks[(meta["file_name"], meta["chunk_index"])] = Document(
+            text, metadata={**meta, "score": 1.0}, id=id_
+        )
+    texts = {name: load_document(folder / name).text for name in ("a.txt", "b.txt")}
+    return store, chunks, texts
+
+
+def hits(chunks, *keys, score=None):
+    out = []
+    for rank, key in enumerate(keys):
+        doc = chunks[key].model_copy(deep=True)
+        doc.metadata["score"] = score or 1.0 - rank / 100
+        out.append(doc)
+    return out
+
+
+def expander(store, chunks, *keys, **kwargs):
+    return NeighborExpandingRetriever(
+        base_retriever=FixedHits(hits=hits(chunks, *keys)), vectorstore=store, **kwargs
+    )
+
+
+def span_text(chunks, texts, name, lo, hi):
+    start = chunks[(name, lo)].metadata["start_index"]
+    end = chunks[(name, hi)].metadata["start_index"] + len(chunks[(name, hi)].page_content)
+    return texts[name][start:end]
+
+
+def test_window_text_is_the_document_text_over_the_span(corpus):
+    store, chunks, texts = corpus
+
+    def end(i):
+        return chunks[("a.txt", i)].metadata["start_index"] + len(chunks[("a.txt", i)].page_content)
+
+    # a hit whose neighbours overlap it on both sides, so overlap removal is exercised
+    hit = next(
+        i
+        for i in range(1, 20)
+        if chunks[("a.txt", i)].metadata["start_index"] < end(i - 1)
+        and chunks[("a.txt", i + 1)].metadata["start_index"] < end(i)
+    )
+    (doc,) = expander(store, chunks, ("a.txt", hit), k=1).invoke("q")
+    assert doc.page_content == span_text(chunks, texts, "a.txt", hit - 1, hit + 1)
+    meta = doc.metadata
+    assert (meta["hit_chunk_index"], meta["window_start"], meta["window_end"]) == (
+        hit,
+        hit - 1,
+        hit + 1,
+    )
+    assert meta["start_index"] == chunks[("a.txt", hit - 1)].metadata["start_index"]
+    assert meta["pages"] == [1] and meta["score"] == 1.0
+
+
+def test_windows_stop_at_the_documents_edges(corpus):
+    store, chunks, _texts = corpus
+    last = chunks[("b.txt", 0)].metadata["chunk_count"] - 1
+    first_doc, last_doc = expander(
+        store, chunks, ("b.txt", 0), ("b.txt", last), k=2, window=2
+    ).invoke("q")
+    assert (first_doc.metadata["window_start"], first_doc.metadata["window_end"]) == (0, 2)
+    assert (last_doc.metadata["window_start"], last_doc.metadata["window_end"]) == (last - 2, last)
+    assert "alpha" not in first_doc.page_content + last_doc.page_content
+
+
+def test_overlapping_hits_merge_and_the_result_is_topped_up_to_k(corpus):
+    store, chunks, texts = corpus
+    keys = [("a.txt", 5), ("a.txt", 6), ("a.txt", 8), ("a.txt", 20), ("b.txt", 4), ("a.txt", 27)]
+    docs = expander(store, chunks, *keys, k=3).invoke("q")
+    assert len(docs) == 3
+    merged = docs[0].metadata
+    assert merged["hit_chunk_indexes"] == [5, 6, 8]  # 4-6, 5-7 and 7-9 overlap or touch
+    assert (merged["window_start"], merged["window_end"]) == (4, 9)
+    assert merged["score"] == pytest.approx(1.0)  # the best hit's
+    assert docs[0].page_content == span_text(chunks, texts, "a.txt", 4, 9)
+    assert [(d.metadata["file_name"], d.metadata["hit_chunk_index"]) for d in docs[1:]] == [
+        ("a.txt", 20),
+        ("b.txt", 4),
+    ]
+
+
+def test_no_text_appears_twice(corpus):
+    store, chunks, _ = corpus
+    keys = [("a.txt", i) for i in (3, 5, 11, 13, 16)]
+    docs = expander(store, chunks, *keys, k=5).invoke("q")
+    ranges = sorted((d.metadata["window_start"], d.metadata["window_end"]) for d in docs)
+    for (_, end), (start, _) in itertools.pairwise(ranges):
+        assert start > end
+    sentences = [s for d in docs for s in d.page_content.split(". ") if len(s) > 40]
+    assert len(sentences) == len(set(sentences))
+
+
+def test_asymmetric_window_and_document_order(corpus):
+    store, chunks, _ = corpus
+    docs = expander(
+        store, chunks, ("a.txt", 20), ("a.txt", 3), k=2, before=0, after=2, order="document"
+    ).invoke("q")
+    assert [(d.metadata["window_start"], d.metadata["window_end"]) for d in docs] == [
+        (3, 5),
+        (20, 22),
+    ]
+
+
+def test_max_chars_keeps_the_hit_and_fits_the_budget(corpus):
+    store, chunks, _ = corpus
+    hit_text = chunks[("a.txt", 10)].page_content
+    (doc,) = expander(store, chunks, ("a.txt", 10), k=1, window=3, max_chars=450).invoke("q")
+    assert len(doc.page_content) <= 450 and hit_text in doc.page_content
+    assert doc.metadata["window_start"] <= 10 <= doc.metadata["window_end"]
+    assert doc.metadata["window_end"] - doc.metadata["window_start"] < 6
+
+
+def test_neighbours_come_from_one_query(corpus, monkeypatch):
+    store, chunks, _ = corpus
+    calls = []
+    original = type(store._collection).get
+
+    def spy(self, *args, **kwargs):
+        calls.append(kwargs.get("where"))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(store._collection), "get", spy)
+    expander(store, chunks, ("a.txt", 2), ("b.txt", 5), ("a.txt", 15), k=3).invoke("q")
+    assert len(calls) == 1 and "$or" in calls[0]
+
+
+async def test_k_per_call_and_async(corpus):
+    store, chunks, _ = corpus
+    retriever = expander(store, chunks, *[("a.txt", i) for i in (2, 10, 18, 26)], k=3)
+    assert len(retriever.invoke("q", k=2)) == 2
+    assert [d.id for d in await retriever.ainvoke("q")] == [d.id for d in retriever.invoke("q")]
+
+
+def test_hyde_base_and_inferred_store(corpus):
+    store, _, _ = corpus
+    hyde = HyDERetriever(vectorstore=store, hypothesis_llm=ScriptedChat())
+    docs = NeighborExpandingRetriever(base_retriever=hyde, k=2).invoke("keeper lamp")
+    assert len(docs) == 2 and all(d.metadata["retrieval_mode"] == "hyde:mean" for d in docs)
+
+
+def test_hits_without_chunk_metadata_are_refused_clearly(corpus):
+    store, _, _ = corpus
+    bare = FixedHits(hits=[Document("no metadata here", metadata={"source": "x"})])
+    with pytest.raises(HydeLcError, match="lacks chunk_index, start_index"):
+        NeighborExpandingRetriever(base_retriever=bare, vectorstore=store).invoke("q")
+
+
+def test_settings_are_validated(corpus):
+    store, _, _ = corpus
+    with pytest.raises(ValidationError, match="pass vectorstore"):
+        NeighborExpandingRetriever(base_retriever=FixedHits(hits=[]))
+    with pytest.raises(ValidationError, match="k must be at least 1"):
+        NeighborExpandingRetriever(base_retriever=FixedHits(hits=[]), vectorstore=store, k=0)
+    with pytest.raises(ValidationError, match="before must be 0 or more"):
+        NeighborExpandingRetriever(base_retriever=FixedHits(hits=[]), vectorstore=store, before=-1)
+
+
+def test_join_chunks_restores_dropped_whitespace():
+    parts = [
+        Document("abc def", metadata={"start_index": 0}),
+        Document("ghi", metadata={"start_index": 9, "gap_before": "\n\n"}),
+        Document("hi jk", metadata={"start_index": 10}),
+    ]
+    assert join_chunks(parts) == "abc def\n\nghi jk"
+
+
+def test_gap_metadata_rebuilds_the_whole_document(corpus):
+    store, _, texts = corpus
+    metas = sorted(
+        (m for _, m in iter_metadatas(store) if m["file_name"] == "b.txt"),
+        key=lambda m: m["chunk_index"],
+    )
+    got = store._collection.get(where={"file_name": "b.txt"}, include=["documents", "metadatas"])
+    by_index = {
+        m["chunk_index"]: Document(t, metadata=m)
+        for t, m in zip(got["documents"], got["metadatas"], strict=True)
+    }
+    rebuilt = join_chunks([by_index[m["chunk_index"]] for m in metas])
+    assert rebuilt == texts["b.txt"].strip()
+
+
+def test_clustered_hits_make_the_base_fetch_more_until_k_windows(corpus):
+    store, chunks, _ = corpus
+    clustered = [("a.txt", i) for i in range(2, 14)] + [("b.txt", 3), ("a.txt", 30)]
+    base = FixedHits(hits=hits(chunks, *clustered))
+    docs = NeighborExpandingRetriever(base_retriever=base, vectorstore=store, k=3).invoke("q")
+    assert len(docs) == 3
+    assert base.requests == [9, 18]  # 9 hits made one window; 18 reached three
+    assert (docs[0].metadata["window_start"], docs[0].metadata["window_end"]) == (1, 14)
+
+
+def test_a_small_collection_gives_fewer_windows_without_looping(corpus):
+    store, chunks, _ = corpus
+    base = FixedHits(hits=hits(chunks, ("b.txt", 1), ("b.txt", 2)))
+    docs = NeighborExpandingRetriever(base_retriever=base, vectorstore=store, k=4).invoke("q")
+    assert len(docs) == 1 and base.requests == [12]
