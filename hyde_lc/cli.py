@@ -50,13 +50,14 @@ def _store_args(parser: argparse.ArgumentParser) -> None:
 
 def _open(args: argparse.Namespace, must_exist: bool) -> Any:
     from hyde_lc.models import load_embeddings
-    from hyde_lc.store import StoreLocation, open_store
+    from hyde_lc.store import StoreLocation, collection_exists, open_store
 
     location = StoreLocation.resolve(args.store, args.chroma_url, args.collection)
-    if must_exist and location.path is not None and not location.path.exists():
+    if must_exist and not collection_exists(location):
         raise HydeLcError(
-            f"no collection at {location.path}: run `hyde-lc ingest PATH...` first "
-            "(or `hyde-lc ingest --sample`), or point --store / HYDE_LC_STORE at it"
+            f"no collection {location.collection!r} at "
+            f"{location.url or location.path}: run `hyde-lc ingest PATH...` first (or "
+            "`hyde-lc ingest --sample`), or point --store / --collection at it"
         )
     store = open_store(
         location.path,
@@ -102,7 +103,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     """``hyde-lc info``: chunk count, documents, embedding model and dimension."""
     from hyde_lc.store import StoreLocation, collection_info
 
-    info = collection_info(_open(args, must_exist=False))
+    info = collection_info(_open(args, must_exist=True))
     info["location"] = StoreLocation.resolve(
         args.store, args.chroma_url, args.collection
     ).describe()
@@ -140,8 +141,11 @@ def _hypothesis_cache(path: str | None) -> Any:
     from langchain_community.cache import SQLiteCache
 
     file = Path(path).expanduser()
-    file.parent.mkdir(parents=True, exist_ok=True)
-    return SQLiteCache(database_path=str(file))
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        return SQLiteCache(database_path=str(file))
+    except Exception as exc:
+        raise HydeLcError(f"cannot use {file} as the hypothesis cache: {exc}") from exc
 
 
 def _expanded(args: argparse.Namespace, store: Any, retriever: Any) -> Any:
@@ -167,12 +171,12 @@ def _expanded(args: argparse.Namespace, store: Any, retriever: Any) -> Any:
 
     started = time.perf_counter()
     windows = expander.gather(fetch)
+    elapsed = time.perf_counter() - started
     result = results[0]
     result.documents = windows
-    result.timings["hypothesis_s"] = sum(r.timings["hypothesis_s"] for r in results)
-    result.timings["expansion_s"] = (
-        time.perf_counter() - started - sum(sum(r.timings.values()) for r in results)
-    )
+    stages = ("hypothesis_s", "embedding_s", "search_s")
+    result.timings = {key: sum(r.timings[key] for r in results) for key in stages}
+    result.timings["expansion_s"] = max(0.0, elapsed - sum(result.timings.values()))
     return result
 
 
@@ -287,6 +291,42 @@ def cmd_ask(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    """``hyde-lc bench``: retrieval quality of standard and HyDE modes on a BEIR dataset."""
+    from hyde_lc.bench import default_modes, run_benchmark, write_report
+
+    modes = [
+        m
+        for m in default_modes(args.n, args.prompts)
+        if m.n_hypotheses == 0 or m.name.split(" n=")[0] in args.modes
+    ]
+    if "standard" not in args.modes:
+        modes = [m for m in modes if m.n_hypotheses]
+    if not modes:
+        raise HydeLcError("no modes selected: --modes takes " + ", ".join(BENCH_MODES))
+    report = run_benchmark(
+        args.data,
+        split=args.split,
+        limit=args.limit,
+        modes=modes,
+        llm_spec=args.llm,
+        embeddings_spec=args.embeddings,
+        max_tokens=args.max_tokens,
+        concurrency=args.concurrency,
+        hypothesis_cache=args.hypothesis_cache,
+    )
+    paths = write_report(report, Path(args.out))
+    print(report.markdown())
+    print(
+        f"\n{report.meta['queries']} queries in {report.meta['seconds']} s; wrote "
+        + ", ".join(str(p) for p in paths.values())
+    )
+    return 0
+
+
+BENCH_MODES = ("standard", "mean+q", "mean (hyp only)", "concat", "rrf")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
     parser = argparse.ArgumentParser(
@@ -320,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ask.add_argument(
         "--timeout",
-        type=float,
+        type=_positive_float,
         default=120.0,
         help="seconds to wait for hypotheses before using the plain question",
     )
@@ -348,6 +388,29 @@ def build_parser() -> argparse.ArgumentParser:
     _store_args(ask)
     ask.set_defaults(func=cmd_ask)
 
+    bench = sub.add_parser("bench", help="retrieval quality on a BEIR dataset")
+    bench.add_argument("data", help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/)")
+    bench.add_argument("--split", default="test")
+    bench.add_argument("--limit", type=_positive_int, help="first N judged queries only")
+    bench.add_argument("--modes", nargs="+", choices=BENCH_MODES, default=list(BENCH_MODES))
+    bench.add_argument(
+        "--n", type=_positive_int, nargs="+", default=[1, 4], help="hypotheses per query"
+    )
+    bench.add_argument(
+        "--prompts", nargs="+", choices=sorted(PROMPTS), default=["scifact", "generic"]
+    )
+    bench.add_argument("--llm", help="hypothesis model spec ($HYDE_LC_HYPOTHESIS_LLM)")
+    bench.add_argument("--embeddings", help="embedding model spec (default local:minilm)")
+    bench.add_argument("--max-tokens", type=_positive_int, default=256)
+    bench.add_argument("--concurrency", type=_positive_int, default=4)
+    bench.add_argument(
+        "--hypothesis-cache",
+        metavar="FILE",
+        help="SQLite hypothesis cache (default in the hyde_lc cache dir)",
+    )
+    bench.add_argument("--out", default="bench-results", help="folder for JSON, Markdown, PNG")
+    bench.set_defaults(func=cmd_bench)
+
     info = sub.add_parser("info", help="facts about the collection")
     info.add_argument("--json", action="store_true")
     _store_args(info)
@@ -362,6 +425,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
     return value
 
 
@@ -389,6 +462,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("hyde-lc: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # no user should meet a bare traceback
+        if os.environ.get("HYDE_LC_DEBUG"):
+            raise
+        print(
+            f"hyde-lc: error: {type(exc).__name__}: {exc}\n"
+            "(set HYDE_LC_DEBUG=1 to see the traceback)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

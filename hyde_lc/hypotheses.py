@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,16 +140,25 @@ def write_hypotheses(
     todo = [p for p, hit in zip(prompts, cached, strict=True) if hit is None]
     outputs: list[Any] = []
     if todo:
-        pool = ThreadPoolExecutor(max_workers=1)
-        future = pool.submit(_uncached(llm).batch, todo, config)
-        try:
-            outputs = future.result(timeout=timeout)
-        except FutureTimeout:
+        # A daemon thread: after a timeout the abandoned call (which cannot be cancelled)
+        # does not keep the process alive at exit.
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                box["out"] = _uncached(llm).batch(todo, config)
+            except Exception as exc:
+                box["error"] = exc
+
+        worker = threading.Thread(target=work, daemon=True, name="hyde-hypotheses")
+        worker.start()
+        worker.join(timeout)
+        if worker.is_alive():
             return Hypotheses([], prompts, fallback=f"timeout after {timeout}s")
-        except Exception as exc:
+        if "error" in box:
+            exc = box["error"]
             return Hypotheses([], prompts, fallback=f"error: {type(exc).__name__}: {exc}")
-        finally:
-            pool.shutdown(wait=False)
+        outputs = box["out"]
         for key, generations in _to_cache(cache, llm_string, keys, cached, outputs):
             cache.update(key, llm_string, generations)  # type: ignore[union-attr]
     return _assemble(prompts, cached, outputs)

@@ -228,6 +228,32 @@ def split_document(
     return chunks
 
 
+def _write_chunks(
+    store: Chroma, chunks: list[Chunk], existing: set[str], batch_size: int, bar: tqdm
+) -> None:
+    """Embed and write a document's new chunks; on failure remove those already written.
+
+    The old version stays complete and searchable until the new one is fully written.
+    """
+    written: list[str] = []
+    try:
+        for start in range(0, len(chunks), batch_size):
+            batch = chunks[start : start + batch_size]
+            store.add_texts(
+                [c.text for c in batch], [c.metadata for c in batch], ids=[c.id for c in batch]
+            )
+            written.extend(c.id for c in batch if c.id not in existing)
+            bar.update(len(batch))
+    except Exception as exc:
+        if written:
+            store.delete(ids=written)
+        raise IngestError(
+            f"{chunks[0].metadata['source']}: writing its chunks failed "
+            f"({type(exc).__name__}: {exc}); the partial write was undone and the collection "
+            "is as before. Fix the cause and ingest again."
+        ) from exc
+
+
 def ingest_paths(
     paths: Sequence[str | Path],
     store: Chroma,
@@ -263,20 +289,16 @@ def ingest_paths(
             if not chunks:
                 status: Literal["added", "replaced", "unchanged", "empty"] = "empty"
                 doc.notes.append(
-                    "no text to index" + ("; its old chunks were removed" if existing else "")
+                    "no text to index; the previously ingested version is kept"
+                    if existing
+                    else "no text to index"
                 )
+                new_ids = existing  # a file gone blank does not remove what was searchable
             elif new_ids == existing:
                 status = "unchanged"
             else:
                 status = "replaced" if existing else "added"
-                for start in range(0, len(chunks), batch_size):
-                    batch = chunks[start : start + batch_size]
-                    store.add_texts(
-                        [c.text for c in batch],
-                        [c.metadata for c in batch],
-                        ids=[c.id for c in batch],
-                    )
-                    bar.update(len(batch))
+                _write_chunks(store, chunks, existing, batch_size, bar)
             stale = sorted(existing - new_ids)
             if stale:
                 store.delete(ids=stale)

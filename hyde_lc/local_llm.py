@@ -73,7 +73,13 @@ def _engine(model_path: str, context_size: int, parallel: int, threads: int, pol
             params.cpuparams_batch.poll = poll
             params.verbosity = -1
             params.warmup = False
-            _ENGINES[key] = xllamacpp.Server(params)
+            try:
+                _ENGINES[key] = xllamacpp.Server(params)
+            except RuntimeError as exc:
+                raise HydeLcError(
+                    f"llama.cpp could not load {model_path} ({exc}): is it a valid GGUF "
+                    "chat model file?"
+                ) from exc
         return _ENGINES[key]
 
 

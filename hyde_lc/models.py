@@ -138,6 +138,7 @@ def load_llm(spec: str | None = None, *, role: Role = "answer", **overrides: Any
     except ImportError as exc:  # pragma: no cover - a core dependency
         raise MissingDependencyError("OpenAI models", "pip install langchain-openai") from exc
     base_url = settings.pop("base_url", None) or parsed.base_url
+    _require_key(parsed, base_url, settings)
     if base_url:
         settings["base_url"] = base_url
         # OpenAI-compatible servers (llama.cpp, vLLM) read max_tokens, while
@@ -162,7 +163,21 @@ def load_embeddings(spec: str | None = None, **overrides: Any) -> Embeddings:
 
     if parsed.base_url:
         overrides.setdefault("base_url", parsed.base_url)
+    _require_key(parsed, parsed.base_url, overrides)
     return OpenAIEmbeddings(model=parsed.model, **overrides)
+
+
+def _require_key(parsed: ModelSpec, base_url: str | None, settings: dict[str, Any]) -> None:
+    """OpenAI needs a key; a self-hosted compatible server usually does not."""
+    if settings.get("api_key") or os.environ.get("OPENAI_API_KEY"):
+        return
+    if base_url:
+        settings["api_key"] = "not-needed"  # the client insists on some value
+        return
+    raise UnknownModelSpecError(
+        f"{parsed} needs an OpenAI API key: set OPENAI_API_KEY (or pass api_key=...), or use "
+        f"a local model such as {DEFAULT_LLM}"
+    )
 
 
 def embedding_model_id(embeddings: Embeddings) -> str:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langchain_chroma import Chroma
+from langchain_core.caches import InMemoryCache
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
     CallbackManagerForRetrieverRun,
@@ -42,6 +43,7 @@ from langchain_core.runnables.config import run_in_executor
 from pydantic import ConfigDict, field_validator, model_validator
 
 from hyde_lc.errors import HydeLcError
+from hyde_lc.retriever import HyDERetriever
 
 REQUIRED_METADATA = ("source", "chunk_index", "start_index")
 
@@ -54,11 +56,13 @@ class Window:
     start: int
     end: int
     hits: list[Document] = field(default_factory=list)
+    doc_id: str | None = None
+    """The document version (content hash): a window never mixes two versions."""
 
     def touches(self, other: Window) -> bool:
-        """Same document, and the ranges overlap or are adjacent."""
+        """Same document version, and the ranges overlap or are adjacent."""
         return (
-            self.source == other.source
+            (self.source, self.doc_id) == (other.source, other.doc_id)
             and self.start <= other.end + 1
             and other.start <= self.end + 1
         )
@@ -82,7 +86,13 @@ def window_of(hit: Document, before: int, after: int) -> Window:
         )
     index = int(meta["chunk_index"])
     last = int(meta["chunk_count"]) - 1 if "chunk_count" in meta else index + after
-    return Window(str(meta["source"]), max(0, index - before), min(last, index + after), [hit])
+    return Window(
+        str(meta["source"]),
+        max(0, index - before),
+        min(last, index + after),
+        [hit],
+        doc_id=meta.get("doc_id"),
+    )
 
 
 def select_windows(hits: Sequence[Document], k: int, before: int, after: int) -> list[Window]:
@@ -120,7 +130,8 @@ def join_chunks(chunks: Sequence[Document]) -> str:
         elif start < end:
             text += body[end - start :]
         else:
-            text += chunk.metadata.get("gap_before") or " "
+            gap = chunk.metadata.get("gap_before")
+            text += " " if gap is None else gap  # None: ingested before gaps were recorded
             text += body
         end = max(end or 0, start + len(body))
     return text
@@ -130,16 +141,15 @@ def trim_to_budget(chunks: list[Document], hit_indexes: set[int], max_chars: int
     """Keep the hit chunks, then neighbours alternately after and before, within budget."""
     positions = [i for i, c in enumerate(chunks) if c.metadata["chunk_index"] in hit_indexes]
     lo, hi = min(positions), max(positions)
-    while True:
-        grown = False
-        for step in ((lo, hi + 1), (lo - 1, hi)):
-            if step[0] >= 0 and step[1] < len(chunks) and (step[0], step[1]) != (lo, hi):
-                trial = chunks[step[0] : step[1] + 1]
-                if len(join_chunks(trial)) <= max_chars:
-                    lo, hi = step
-                    grown = True
-        if not grown:
-            return chunks[lo : hi + 1]
+    grew = True
+    while grew:
+        grew = False
+        for side in ("after", "before"):
+            new_lo, new_hi = (lo, hi + 1) if side == "after" else (lo - 1, hi)
+            fits = new_lo >= 0 and new_hi < len(chunks)
+            if fits and len(join_chunks(chunks[new_lo : new_hi + 1])) <= max_chars:
+                lo, hi, grew = new_lo, new_hi, True
+    return chunks[lo : hi + 1]
 
 
 def pages_of(chunks: Sequence[Document]) -> list[int]:
@@ -206,6 +216,8 @@ class NeighborExpandingRetriever(BaseRetriever):
                     "pass vectorstore=... (the base retriever does not expose one)"
                 )
             self.vectorstore = found
+        if self.candidates is not None and self.candidates < 1:
+            raise ValueError(f"candidates must be at least 1, got {self.candidates}")
         for name in ("before", "after"):
             value = getattr(self, name)
             if value is not None and value < 0:
@@ -225,6 +237,7 @@ class NeighborExpandingRetriever(BaseRetriever):
             {
                 "$and": [
                     {"source": w.source},
+                    *([{"doc_id": w.doc_id}] if w.doc_id else []),
                     {"chunk_index": {"$gte": w.start}},
                     {"chunk_index": {"$lte": w.end}},
                 ]
@@ -243,8 +256,18 @@ class NeighborExpandingRetriever(BaseRetriever):
         return by_source
 
     def _assemble(self, window: Window, chunks: list[Document]) -> Document:
-        inside = [c for c in chunks if window.start <= int(c.metadata["chunk_index"]) <= window.end]
+        inside = [
+            c
+            for c in chunks
+            if window.start <= int(c.metadata["chunk_index"]) <= window.end
+            and c.metadata.get("doc_id") == window.doc_id
+        ]
         hit_indexes = {int(h.metadata["chunk_index"]) for h in window.hits}
+        if not {int(c.metadata["chunk_index"]) for c in inside} & hit_indexes:
+            # The hit is not (or no longer) in this collection, e.g. its document was
+            # re-ingested since the search: return the hit as it was found.
+            inside = [window.hits[0]]
+            hit_indexes = {int(window.hits[0].metadata["chunk_index"])}
         if self.max_chars is not None:
             inside = trim_to_budget(inside, hit_indexes, self.max_chars)
         best = window.hits[0]
@@ -271,11 +294,6 @@ class NeighborExpandingRetriever(BaseRetriever):
             id=f"{doc_id}:{metadata['window_start']}-{metadata['window_end']}",
         )
 
-    def expand(self, hits: Sequence[Document], k: int | None = None) -> list[Document]:
-        """Turn ranked hits into at most ``k`` merged, expanded windows (one fetch)."""
-        k = k or self.k
-        return self._materialise(select_windows(hits, k, *self.span))
-
     def _materialise(self, windows: list[Window]) -> list[Document]:
         if not windows:
             return []
@@ -293,8 +311,21 @@ class NeighborExpandingRetriever(BaseRetriever):
         return windows if len(windows) >= k or exhausted else None
 
     # Merging shrinks the window count, so the base is asked again for twice as many hits
-    # until k windows exist or it runs out. A HyDE base writes its hypotheses again on each
-    # extra round unless it has a hypothesis_cache; `candidates` sets the first request.
+    # until k windows exist or it runs out; `candidates` sets the first request. A HyDE
+    # base gets a per-call hypothesis cache (unless it has one), so later rounds reuse the
+    # first round's hypotheses instead of writing new ones.
+
+    def _call_k(self, kwargs: dict[str, Any]) -> int:
+        k = int(kwargs.get("k", self.k))
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        return k
+
+    def _base_for_call(self) -> BaseRetriever:
+        base = self.base_retriever
+        if isinstance(base, HyDERetriever) and base.n_hypotheses and not base.hypothesis_cache:
+            return base.model_copy(update={"hypothesis_cache": InMemoryCache()})
+        return base
 
     def gather(
         self, fetch: Callable[[int], Sequence[Document]], k: int | None = None
@@ -310,20 +341,19 @@ class NeighborExpandingRetriever(BaseRetriever):
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
         config = {"callbacks": run_manager.get_child("neighbors.base")}
-        return self.gather(
-            lambda n: self.base_retriever.invoke(query, config, k=n), int(kwargs.get("k", self.k))
-        )
+        base = self._base_for_call()
+        return self.gather(lambda n: base.invoke(query, config, k=n), self._call_k(kwargs))
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        k = int(kwargs.get("k", self.k))
+        k = self._call_k(kwargs)
         request = self.candidates or 3 * k
         config = {"callbacks": run_manager.get_child("neighbors.base")}
-        while (
-            windows := self._enough(
-                await self.base_retriever.ainvoke(query, config, k=request), request, k
-            )
-        ) is None:
+        base = self._base_for_call()
+        while True:
+            hits = await base.ainvoke(query, config, k=request)
+            windows = await run_in_executor(None, self._enough, hits, request, k)
+            if windows is not None:
+                return await run_in_executor(None, self._materialise, windows)
             request *= 2
-        return await run_in_executor(None, self._materialise, windows)

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
 from langchain_chroma import Chroma
 from langchain_core.caches import BaseCache
 from langchain_core.callbacks import (
@@ -41,11 +42,12 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStore
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from hyde_lc.fusion import FUSION_MODES, concat_text, fuse_mean, reciprocal_rank_fusion
 from hyde_lc.hypotheses import Hypotheses, awrite_hypotheses, write_hypotheses
 from hyde_lc.prompts import DEFAULT_PROMPT, get_prompt
+from hyde_lc.store import check_embeddings
 
 Fusion = Literal["mean", "concat", "rrf"]
 _DETAILS_KEY = "_hyde_details"
@@ -141,9 +143,25 @@ class HyDERetriever(BaseRetriever):
     @field_validator("prompt")
     @classmethod
     def _check_prompt(cls, value: str | list[str]) -> str | list[str]:
-        for item in [value] if isinstance(value, str) else value:
+        items = [value] if isinstance(value, str) else value
+        if not items:
+            raise ValueError("prompt needs at least one prompt name or template")
+        for item in items:
             get_prompt(item)  # raises with the list of valid names
         return value
+
+    @model_validator(mode="after")
+    def _check_combination(self) -> HyDERetriever:
+        if self.n_hypotheses and self.hypothesis_llm is None:
+            raise ValueError("n_hypotheses > 0 needs a hypothesis_llm (or set n_hypotheses=0)")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ValueError(f"timeout must be positive seconds or None, got {self.timeout}")
+        if "k" in self.search_kwargs:  # the usual LangChain spelling: it sets the default k
+            self.search_kwargs = dict(self.search_kwargs)
+            self.k = int(self.search_kwargs.pop("k"))
+        if self.embeddings is not None and isinstance(self.vectorstore, Chroma):
+            check_embeddings(self.vectorstore, self.embeddings)
+        return self
 
     # -- steps -------------------------------------------------------------------------
 
@@ -244,7 +262,7 @@ class HyDERetriever(BaseRetriever):
         extra = dict(self.search_kwargs)
         if self.search_type == "mmr":
             docs = self.vectorstore.max_marginal_relevance_search_by_vector(vector, k=k, **extra)
-            return [d.model_copy(deep=True) for d in docs]
+            return self._with_cosine([d.model_copy(deep=True) for d in docs], vector)
         if not isinstance(self.vectorstore, Chroma):
             docs = self.vectorstore.similarity_search_by_vector(vector, k=k, **extra)
             return [d.model_copy(deep=True) for d in docs]
@@ -260,6 +278,20 @@ class HyDERetriever(BaseRetriever):
             doc.metadata["score"] = float(to_relevance(distance))
             out.append(doc)
         return out
+
+    def _with_cosine(self, docs: list[Document], vector: list[float]) -> list[Document]:
+        """Add the cosine similarity to the query vector (MMR itself returns no scores)."""
+        if not isinstance(self.vectorstore, Chroma) or not docs:
+            return docs
+        got = self.vectorstore._collection.get(ids=[d.id for d in docs], include=["embeddings"])
+        stored = dict(zip(got["ids"], got["embeddings"], strict=True))
+        query = np.asarray(vector, dtype=float)
+        query /= max(float(np.linalg.norm(query)), 1e-12)
+        for doc in docs:
+            if doc.id in stored:
+                row = np.asarray(stored[doc.id], dtype=float)
+                doc.metadata["score"] = float(row @ query / max(np.linalg.norm(row), 1e-12))
+        return docs
 
     def _finish(self, result: HyDEResult) -> list[Document]:
         for doc in result.documents:
@@ -283,7 +315,7 @@ class HyDERetriever(BaseRetriever):
         )
         timings["embedding_s"] = time.perf_counter() - start
         start = time.perf_counter()
-        docs = self._search(vectors, int(kwargs.get("k", self.k)))
+        docs = self._search(vectors, self._call_k(kwargs))
         timings["search_s"] = time.perf_counter() - start
         return self._record(query, written, vectors, docs, timings, kwargs)
 
@@ -304,9 +336,15 @@ class HyDERetriever(BaseRetriever):
         )
         timings["embedding_s"] = time.perf_counter() - start
         start = time.perf_counter()
-        docs = await run_in_executor(None, self._search, vectors, int(kwargs.get("k", self.k)))
+        docs = await run_in_executor(None, self._search, vectors, self._call_k(kwargs))
         timings["search_s"] = time.perf_counter() - start
         return self._record(query, written, vectors, docs, timings, kwargs)
+
+    def _call_k(self, kwargs: dict[str, Any]) -> int:
+        k = int(kwargs.get("k", self.k))
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        return k
 
     @staticmethod
     def _embed_config(run_manager: Any) -> RunnableConfig:

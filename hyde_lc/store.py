@@ -101,6 +101,19 @@ class StoreLocation:
         return chromadb.PersistentClient(path=str(self.path), settings=settings)
 
 
+def collection_exists(location: StoreLocation) -> bool:
+    """Whether the collection exists, without creating the store or the collection."""
+    if location.path is not None and not location.path.exists():
+        return False
+    try:
+        names = [getattr(c, "name", c) for c in location.client().list_collections()]
+    except StoreError:
+        raise
+    except Exception as exc:
+        raise StoreError(f"cannot open {location.describe()}: {exc}") from exc
+    return location.collection in names
+
+
 def check_embeddings(store: Chroma, embeddings: Embeddings, location: str = "") -> None:
     """Refuse an embedding model other than the one the collection was built with.
 
@@ -147,12 +160,17 @@ def open_store(
     """
     location = StoreLocation.resolve(path, url, collection)
     embeddings = embeddings or load_embeddings()
-    store = Chroma(
-        collection_name=location.collection,
-        embedding_function=embeddings,
-        client=location.client(),
-        collection_configuration={"hnsw": {"space": "cosine"}},
-    )
+    try:
+        store = Chroma(
+            collection_name=location.collection,
+            embedding_function=embeddings,
+            client=location.client(),
+            collection_configuration={"hnsw": {"space": "cosine"}},
+        )
+    except StoreError:
+        raise
+    except Exception as exc:  # chromadb's errors: bad name, unwritable folder, ...
+        raise StoreError(f"cannot open {location.describe()}: {exc}") from exc
     check_embeddings(store, embeddings, location.describe())
     return store
 
@@ -182,7 +200,8 @@ def collection_info(store: Chroma) -> dict[str, Any]:
         )
         entry["chunks"] += 1
         if "page" in meta:
-            entry["pages"].add(meta["page"])
+            last = int(meta.get("page_end", meta["page"]))
+            entry["pages"].update(range(int(meta["page"]), last + 1))
     return {
         "collection": collection.name,
         "chunks": collection.count(),

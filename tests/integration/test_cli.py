@@ -164,6 +164,34 @@ def test_bad_input_exits_non_zero_with_a_clear_message(env, ingested, args, mess
     assert tree_digest(Path(env["HYDE_LC_STORE"])) == digest
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["ask", QUESTION, "--answer-llm", "openai:gpt-4o-mini"], "needs an OpenAI API key"),
+        (["ask", QUESTION, "--collection", "typo"], "no collection 'typo'"),
+        (["ask", QUESTION, "--timeout", "-1"], "must be positive"),
+        (
+            ["ask", QUESTION, "--hypothesis-cache", "/proc/nope/c.sqlite"],
+            "cannot use /proc/nope/c.sqlite",
+        ),
+    ],
+    ids=["no-openai-key", "unknown-collection", "timeout", "cache-path"],
+)
+def test_mistakes_without_side_effects(env, ingested, args, message):
+    clean = {k: v for k, v in env.items() if k != "OPENAI_API_KEY"}
+    digest = tree_digest(Path(env["HYDE_LC_STORE"]))
+    out = run(clean, *args)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr and "Traceback" not in out.stderr
+    assert tree_digest(Path(env["HYDE_LC_STORE"])) == digest  # no "typo" collection made
+
+
+def test_info_on_a_missing_store_creates_nothing(env, tmp_path):
+    out = run({**env, "HYDE_LC_STORE": str(tmp_path / "nowhere")}, "info")
+    assert out.returncode == 2 and "hyde-lc ingest" in out.stderr
+    assert not (tmp_path / "nowhere").exists()
+
+
 def test_not_a_pdf_named_pdf(env, ingested, tmp_path):
     fake = tmp_path / "report.pdf"
     fake.write_text("this is plain text")
