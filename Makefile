@@ -38,6 +38,7 @@ test: install
 lint: install
 	$(BIN)/ruff check hyde_lc tests scripts benchmarks
 	$(BIN)/ruff format --check hyde_lc tests scripts benchmarks
+	$(BIN)/mypy hyde_lc
 
 lock: $(BIN)/python
 	$(UV) pip compile pyproject.toml --extra local --extra eval --extra dev \

@@ -85,7 +85,7 @@ def cited_sources(answer: str, documents: Sequence[Document]) -> list[str]:
 
 def answer_from_documents(llm: BaseLanguageModel) -> Runnable[dict[str, Any], str]:
     """A runnable from ``{"question", "documents"}`` to the answer text."""
-    to_prompt = RunnableLambda(
+    to_prompt: Runnable[dict[str, Any], dict[str, Any]] = RunnableLambda(
         lambda inputs: {
             "question": inputs["question"],
             "context": format_context(inputs["documents"]),
@@ -99,7 +99,7 @@ def build_answer_chain(
     retriever: BaseRetriever, llm: BaseLanguageModel
 ) -> Runnable[str, dict[str, Any]]:
     """Question -> ``{"question", "documents", "answer", "sources"}``."""
-    add_sources = RunnableLambda(
+    add_sources: Runnable[dict[str, Any], dict[str, Any]] = RunnableLambda(
         lambda out: {**out, "sources": cited_sources(out["answer"], out["documents"])},
         name="cited_sources",
     )

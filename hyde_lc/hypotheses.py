@@ -137,7 +137,7 @@ def write_hypotheses(
     keys = sample_keys(prompts)
     llm_string = llm_identity(llm)
     cached = [_cached_text(cache.lookup(k, llm_string)) if cache else None for k in keys]
-    todo = [p for p, hit in zip(prompts, cached, strict=True) if hit is None]
+    todo: list[Any] = [p for p, hit in zip(prompts, cached, strict=True) if hit is None]
     outputs: list[Any] = []
     if todo:
         # A daemon thread: after a timeout the abandoned call (which cannot be cancelled)
@@ -176,12 +176,12 @@ async def awrite_hypotheses(
     keys = sample_keys(prompts)
     llm_string = llm_identity(llm)
     cached = [_cached_text(await cache.alookup(k, llm_string)) if cache else None for k in keys]
-    todo = [p for p, hit in zip(prompts, cached, strict=True) if hit is None]
+    todo: list[Any] = [p for p, hit in zip(prompts, cached, strict=True) if hit is None]
     outputs: list[Any] = []
     if todo:
         try:
             outputs = await asyncio.wait_for(_uncached(llm).abatch(todo, config), timeout=timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return Hypotheses([], prompts, fallback=f"timeout after {timeout}s")
         except Exception as exc:
             return Hypotheses([], prompts, fallback=f"error: {type(exc).__name__}: {exc}")

@@ -11,7 +11,10 @@ after it, from the same document only. The pipeline::
       --> each window's chunks joined, overlap removed, as one Document
 
 Windows never share text, so nothing appears twice; the base is asked for more hits than
-``k`` so that merging still leaves ``k`` windows when the collection has them.
+``k`` so that merging still leaves ``k`` windows when the collection has them. One limit,
+by design: hits ranked above the k-th window are never dropped, so when the top hits are
+successive neighbours their windows chain into fewer, larger ones (in a short document, up
+to the whole document). ``max_chars`` bounds a window's size.
 
 Example:
     >>> from hyde_lc import NeighborExpandingRetriever, open_store
@@ -39,6 +42,7 @@ from langchain_core.callbacks import (
 )
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import run_in_executor
 from pydantic import ConfigDict, field_validator, model_validator
 
@@ -98,11 +102,13 @@ def window_of(hit: Document, before: int, after: int) -> Window:
 def select_windows(hits: Sequence[Document], k: int, before: int, after: int) -> list[Window]:
     """Windows for ranked hits, merged where they overlap or touch, at most ``k`` of them.
 
-    Hits are taken in rank order; a hit whose window touches a chosen one is merged into
-    it (a merge can join two chosen windows); hits stop being taken once ``k`` windows exist.
+    Hits are taken in rank order until ``k`` windows exist; a hit whose window touches a
+    chosen one is merged into it (a merge can join two chosen windows, freeing a place).
     """
     windows: list[Window] = []
     for hit in hits:
+        if len(windows) >= k:  # lower-ranked hits no longer widen the chosen windows
+            break
         candidate = window_of(hit, before, after)
         touching = [w for w in windows if w.touches(candidate)]
         if touching:
@@ -111,10 +117,8 @@ def select_windows(hits: Sequence[Document], k: int, before: int, after: int) ->
             for other in touching[1:]:
                 keep.absorb(other)
                 windows.remove(other)
-        elif len(windows) < k:
-            windows.append(candidate)
         else:
-            break
+            windows.append(candidate)
     return windows
 
 
@@ -244,11 +248,12 @@ class NeighborExpandingRetriever(BaseRetriever):
             }
             for w in windows
         ]
-        where = clauses[0] if len(clauses) == 1 else {"$or": clauses}
+        where: Any = clauses[0] if len(clauses) == 1 else {"$or": clauses}
         assert self.vectorstore is not None
         got = self.vectorstore._collection.get(where=where, include=["documents", "metadatas"])
         by_source: dict[str, list[Document]] = {}
-        for id_, text, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True):
+        texts, metas = got["documents"] or [], got["metadatas"] or []
+        for id_, text, meta in zip(got["ids"], texts, metas, strict=True):
             doc = Document(page_content=text or "", metadata=dict(meta or {}), id=id_)
             by_source.setdefault(str(doc.metadata["source"]), []).append(doc)
         for chunks in by_source.values():
@@ -340,7 +345,7 @@ class NeighborExpandingRetriever(BaseRetriever):
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        config = {"callbacks": run_manager.get_child("neighbors.base")}
+        config = RunnableConfig(callbacks=run_manager.get_child("neighbors.base"))
         base = self._base_for_call()
         return self.gather(lambda n: base.invoke(query, config, k=n), self._call_k(kwargs))
 
@@ -349,7 +354,7 @@ class NeighborExpandingRetriever(BaseRetriever):
     ) -> list[Document]:
         k = self._call_k(kwargs)
         request = self.candidates or 3 * k
-        config = {"callbacks": run_manager.get_child("neighbors.base")}
+        config = RunnableConfig(callbacks=run_manager.get_child("neighbors.base"))
         base = self._base_for_call()
         while True:
             hits = await base.ainvoke(query, config, k=request)

@@ -283,8 +283,10 @@ class HyDERetriever(BaseRetriever):
         """Add the cosine similarity to the query vector (MMR itself returns no scores)."""
         if not isinstance(self.vectorstore, Chroma) or not docs:
             return docs
-        got = self.vectorstore._collection.get(ids=[d.id for d in docs], include=["embeddings"])
-        stored = dict(zip(got["ids"], got["embeddings"], strict=True))
+        ids = [str(d.id) for d in docs]
+        got = self.vectorstore._collection.get(ids=ids, include=["embeddings"])
+        vectors: list[Any] = list(got["embeddings"] if got["embeddings"] is not None else [])
+        stored = dict(zip(got["ids"], vectors, strict=True))
         query = np.asarray(vector, dtype=float)
         query /= max(float(np.linalg.norm(query)), 1e-12)
         for doc in docs:

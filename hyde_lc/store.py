@@ -182,7 +182,8 @@ def iter_metadatas(store: Chroma, where: dict | None = None) -> list[tuple[str, 
     offset = 0
     while True:
         page = collection.get(where=where, include=["metadatas"], limit=_PAGE, offset=offset)
-        out.extend(zip(page["ids"], page["metadatas"] or [{}] * len(page["ids"]), strict=True))
+        metadatas: list[Any] = list(page["metadatas"] or [{}] * len(page["ids"]))
+        out.extend(zip(page["ids"], metadatas, strict=True))
         if len(page["ids"]) < _PAGE:
             return out
         offset += _PAGE

@@ -13,10 +13,12 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,6 +111,7 @@ class PartSet:
             return target
         parts = self.part_files()
         target.parent.mkdir(parents=True, exist_ok=True)
+        _remove_abandoned(target)
         fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{self.filename}.")
         tmp = Path(tmp_name)
         digest = hashlib.sha256()
@@ -135,6 +138,15 @@ class PartSet:
         finally:
             tmp.unlink(missing_ok=True)
         return target
+
+
+def _remove_abandoned(target: Path, older_than_s: float = 3600) -> None:
+    """Delete temp files a killed assembly left behind (an hour old: not a live one)."""
+    cutoff = time.time() - older_than_s
+    for stale in target.parent.glob(f".{target.name}.*"):
+        with contextlib.suppress(OSError):
+            if stale.stat().st_mtime < cutoff:
+                stale.unlink()
 
 
 def _models_file(name: str) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from fpdf import FPDF
@@ -32,7 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SOURCE = REPO_ROOT / "hyde_lc" / "sample" / "lighthouses.md"
 DEFAULT_OUTPUT = REPO_ROOT / "hyde_lc" / "sample" / "lighthouses.pdf"
 
-FIXED_DATE = datetime(2026, 1, 1, tzinfo=timezone.utc)
+FIXED_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 FONT = "Helvetica"
 BODY_SIZE = 11.0
 BODY_LINE = 5.6  # line height in mm for body text

@@ -44,7 +44,7 @@ from hyde_lc.models import (
     load_llm,
     resolve_llm_spec,
 )
-from hyde_lc.retriever import HyDERetriever
+from hyde_lc.retriever import Fusion, HyDERetriever
 from hyde_lc.weights import cache_dir
 
 DEPTH = 100
@@ -126,7 +126,7 @@ class BenchMode:
     """One retrieval configuration to measure."""
 
     n_hypotheses: int = 0
-    fusion: str = "mean"
+    fusion: Fusion = "mean"
     include_query: bool = True
     prompt: str = "scifact"
 
@@ -185,12 +185,10 @@ class BenchReport:
             "|---|---|---|---|---|---|---|",
         ]
         for r in self.results:
-            delta = (
-                ""
-                if r.delta_ndcg is None
-                else f"{100 * r.delta_ndcg:+.1f} [{100 * r.delta_ci[0]:+.1f}, "  # type: ignore[index]
-                f"{100 * r.delta_ci[1]:+.1f}]"
-            )  # type: ignore[index]
+            delta = ""
+            if r.delta_ndcg is not None and r.delta_ci is not None:
+                low, high = r.delta_ci
+                delta = f"{100 * r.delta_ndcg:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]"
             seconds = (
                 f"{statistics.median(r.hypothesis_seconds):.1f}" if r.hypothesis_seconds else ""
             )

@@ -245,3 +245,14 @@ def test_a_small_collection_gives_fewer_windows_without_looping(corpus):
     base = FixedHits(hits=hits(chunks, ("b.txt", 1), ("b.txt", 2)))
     docs = NeighborExpandingRetriever(base_retriever=base, vectorstore=store, k=4).invoke("q")
     assert len(docs) == 1 and base.requests == [12]
+
+
+def test_hits_after_k_windows_do_not_grow_them(corpus):
+    store, chunks, _ = corpus
+    keys = [("a.txt", 10), ("a.txt", 20), ("a.txt", 30), ("a.txt", 11), ("a.txt", 21)]
+    docs = expander(store, chunks, *keys, k=3).invoke("q")
+    assert [(d.metadata["window_start"], d.metadata["window_end"]) for d in docs] == [
+        (9, 11),
+        (19, 21),
+        (29, 31),
+    ]
