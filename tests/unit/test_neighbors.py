@@ -10,7 +10,7 @@ from hyde_lc.ingest import ingest_paths, load_document
 from hyde_lc.neighbors import NeighborExpandingRetriever, join_chunks
 from hyde_lc.retriever import HyDERetriever
 from hyde_lc.store import iter_metadatas, open_store
-from tests.unit.test_retriever import ScriptedChat
+from tests.unit.test_retriever import RunRecorder, ScriptedChat
 
 
 class FixedHits(BaseRetriever):
@@ -256,3 +256,19 @@ def test_hits_after_k_windows_do_not_grow_them(corpus):
         (19, 21),
         (29, 31),
     ]
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+async def test_base_retriever_run_nests_under_the_expander(corpus, use_async):
+    store, _, _ = corpus
+    recorder = RunRecorder()
+    hyde = HyDERetriever(vectorstore=store, hypothesis_llm=ScriptedChat())
+    wide = NeighborExpandingRetriever(base_retriever=hyde, k=2)
+    config = {"callbacks": [recorder]}
+    await wide.ainvoke("q", config=config) if use_async else wide.invoke("q", config=config)
+    retrievers = [r for r in recorder.runs if r[0] == "retriever"]
+    outer = next(r for r in retrievers if r[2] is None)
+    inner = [r for r in retrievers if r[2] is not None]
+    assert inner and all(r[2] == outer[1] for r in inner)
+    llm_runs = [r for r in recorder.runs if r[0] == "llm"]
+    assert llm_runs and all(r[2] == inner[0][1] for r in llm_runs)  # hypothesis under HyDE
