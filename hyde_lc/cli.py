@@ -150,12 +150,9 @@ def _hypothesis_cache(path: str | None) -> Any:
 
 def _expanded(args: argparse.Namespace, store: Any, retriever: Any) -> Any:
     """HyDE (or standard) hits widened into windows; the result keeps the hypotheses."""
-    from langchain_core.caches import InMemoryCache
-
     from hyde_lc.neighbors import NeighborExpandingRetriever
+    from hyde_lc.retriever import HyDERetriever
 
-    if retriever.hypothesis_cache is None:  # extra rounds reuse the same hypotheses
-        retriever.hypothesis_cache = InMemoryCache()
     expander = NeighborExpandingRetriever(
         base_retriever=retriever,
         vectorstore=store,
@@ -163,10 +160,12 @@ def _expanded(args: argparse.Namespace, store: Any, retriever: Any) -> Any:
         window=args.window,
         order=args.order,
     )
+    base: HyDERetriever = expander.base_for_call()  # type: ignore[assignment]
+    # (the CLI's base is always a HyDERetriever; later rounds reuse its first hypotheses)
     results: list[Any] = []
 
     def fetch(n: int) -> list[Any]:
-        results.append(retriever.retrieve_with_details(args.question, k=n))
+        results.append(base.retrieve_with_details(args.question, k=n))
         return results[-1].documents
 
     started = time.perf_counter()

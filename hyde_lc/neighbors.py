@@ -326,7 +326,8 @@ class NeighborExpandingRetriever(BaseRetriever):
             raise ValueError(f"k must be at least 1, got {k}")
         return k
 
-    def _base_for_call(self) -> BaseRetriever:
+    def base_for_call(self) -> BaseRetriever:
+        """The base retriever for one call (a HyDE base with a per-call hypothesis cache)."""
         base = self.base_retriever
         if isinstance(base, HyDERetriever) and base.n_hypotheses and not base.hypothesis_cache:
             return base.model_copy(update={"hypothesis_cache": InMemoryCache()})
@@ -346,7 +347,7 @@ class NeighborExpandingRetriever(BaseRetriever):
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
         config = RunnableConfig(callbacks=run_manager.get_child("neighbors.base"))
-        base = self._base_for_call()
+        base = self.base_for_call()
         return self.gather(lambda n: base.invoke(query, config, k=n), self._call_k(kwargs))
 
     async def _aget_relevant_documents(
@@ -355,7 +356,7 @@ class NeighborExpandingRetriever(BaseRetriever):
         k = self._call_k(kwargs)
         request = self.candidates or 3 * k
         config = RunnableConfig(callbacks=run_manager.get_child("neighbors.base"))
-        base = self._base_for_call()
+        base = self.base_for_call()
         while True:
             hits = await base.ainvoke(query, config, k=request)
             windows = await run_in_executor(None, self._enough, hits, request, k)

@@ -124,9 +124,8 @@ class TestNeighborExpandingStandard(RetrieversIntegrationTests):
     """
 
     @pytest.fixture(autouse=True)
-    def _bind_components(self, lighthouse_store: Chroma, hypothesis_llm: BaseLanguageModel) -> None:
+    def _bind_store(self, lighthouse_store: Chroma) -> None:
         self.store = lighthouse_store
-        self.llm = hypothesis_llm
 
     @property
     def retriever_constructor(self) -> type[NeighborExpandingRetriever]:
