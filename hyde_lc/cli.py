@@ -1,4 +1,4 @@
-"""The ``hyde-lc`` command: ingest, ask, info.
+"""The ``hyde-lc`` command: ingest, ask, info, bench, evaluate, compare.
 
 Example:
     $ hyde-lc ingest --sample
@@ -409,6 +409,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--out", default="bench-results", help="folder for JSON, Markdown, PNG")
     bench.set_defaults(func=cmd_bench)
+
+    from hyde_lc.evaluation.commands import add_commands
+
+    add_commands(
+        sub,
+        _store_args,
+        {
+            "positive_int": _positive_int,
+            "positive_float": _positive_float,
+            "non_negative_int": _non_negative_int,
+        },
+    )
 
     info = sub.add_parser("info", help="facts about the collection")
     info.add_argument("--json", action="store_true")

@@ -30,7 +30,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -350,16 +350,26 @@ class NeighborExpandingRetriever(BaseRetriever):
         base = self.base_for_call()
         return self.gather(lambda n: base.invoke(query, config, k=n), self._call_k(kwargs))
 
-    async def _aget_relevant_documents(
-        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    async def agather(
+        self, fetch: Callable[[int], Awaitable[Sequence[Document]]], k: int | None = None
     ) -> list[Document]:
-        k = self._call_k(kwargs)
+        """Async `gather`: ``fetch(n)`` is awaited; Chroma reads run in the executor."""
+        k = k or self.k
         request = self.candidates or 3 * k
-        config = RunnableConfig(callbacks=run_manager.get_child("neighbors.base"))
-        base = self.base_for_call()
         while True:
-            hits = await base.ainvoke(query, config, k=request)
+            hits = list(await fetch(request))
             windows = await run_in_executor(None, self._enough, hits, request, k)
             if windows is not None:
                 return await run_in_executor(None, self._materialise, windows)
             request *= 2
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        config = RunnableConfig(callbacks=run_manager.get_child("neighbors.base"))
+        base = self.base_for_call()
+
+        async def fetch(n: int) -> list[Document]:
+            return await base.ainvoke(query, config, k=n)
+
+        return await self.agather(fetch, self._call_k(kwargs))

@@ -9,6 +9,11 @@ from nbclient import NotebookClient
 
 pytestmark = pytest.mark.integration
 NOTEBOOKS = sorted((Path(__file__).parents[2] / "notebooks").glob("*.ipynb"))
+# What each notebook must print when it worked (a notebook without an entry fails).
+EXPECTED = {
+    "quickstart": ("added", "hypothesis:"),
+    "evaluation": ("added", "hypothesis:", "hypothesis ", "local model (no charge)", "rouge"),
+}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -25,4 +30,7 @@ def test_notebook_executes(path, tmp_path, monkeypatch):
     outputs = [o for cell in notebook.cells for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     text = "".join(o.get("text", "") for o in outputs)
-    assert "added" in text and "hypothesis:" in text
+    for marker in EXPECTED[path.stem]:
+        assert marker in text, marker
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len(images) == (3 if path.stem == "evaluation" else 0)

@@ -1,0 +1,197 @@
+"""``hyde-lc evaluate`` and ``hyde-lc compare``: evaluation runs from the command line.
+
+Example:
+    $ hyde-lc evaluate questions.jsonl --out hyde.jsonl --mode hyde --n-hypotheses 4 --score
+    $ hyde-lc evaluate questions.jsonl --out standard.jsonl --mode standard --retrieval-only
+    $ hyde-lc compare questions.jsonl --out-dir report --window 1 --judge local:qwen2.5-coder-1.5b
+
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from hyde_lc.errors import HydeLcError
+from hyde_lc.fusion import FUSION_MODES
+from hyde_lc.prompts import DEFAULT_PROMPT, PROMPTS
+
+
+def _pipeline_options(parser: argparse.ArgumentParser, numbers: dict[str, Any]) -> None:
+    group = parser.add_argument_group("retrieval and models")
+    group.add_argument("--k", type=numbers["positive_int"], default=4, help="chunks per question")
+    group.add_argument("--fusion", choices=FUSION_MODES, default="mean")
+    group.add_argument("--n-hypotheses", type=numbers["positive_int"], default=1)
+    group.add_argument("--prompt", choices=sorted(PROMPTS), default=DEFAULT_PROMPT)
+    group.add_argument(
+        "--hypotheses-only", action="store_true", help="leave the question out of the fusion"
+    )
+    group.add_argument("--timeout", type=numbers["positive_float"], default=120.0)
+    group.add_argument("--hypothesis-cache", metavar="FILE", help="SQLite hypothesis cache")
+    group.add_argument("--hypothesis-llm", help="model spec ($HYDE_LC_HYPOTHESIS_LLM)")
+    group.add_argument("--answer-llm", help="model spec ($HYDE_LC_ANSWER_LLM)")
+    group.add_argument("--retrieval-only", action="store_true", help="skip the answer LLM")
+
+
+def _pipeline(args: argparse.Namespace, store: Any, mode: str, window: int) -> Any:
+    from hyde_lc.cli import _hypothesis_cache
+    from hyde_lc.evaluation.records import EvaluationPipeline
+
+    return EvaluationPipeline(
+        store=store,
+        mode=mode,  # type: ignore[arg-type]
+        hyde_model=args.hypothesis_llm,
+        answer_model=args.answer_llm,
+        k=args.k,
+        n_hypotheses=args.n_hypotheses,
+        fusion=args.fusion,
+        include_query=not args.hypotheses_only,
+        prompt=args.prompt,
+        window=window,
+        retrieval_only=args.retrieval_only,
+        timeout=args.timeout,
+        hypothesis_cache=_hypothesis_cache(args.hypothesis_cache),
+    )
+
+
+def _judge(args: argparse.Namespace) -> tuple[Any, Any]:
+    if not args.judge:
+        return None, None
+    from hyde_lc.models import load_embeddings, load_llm
+
+    # Ragas discards a judge reply cut at max_tokens, and its JSON replies run long.
+    return load_llm(args.judge, role="answer", max_tokens=1024), load_embeddings(args.embeddings)
+
+
+def _metrics(args: argparse.Namespace) -> list[str] | None:
+    from hyde_lc.evaluation.ragas_metrics import JUDGED_METRICS, OFFLINE_METRICS
+
+    if args.metrics:
+        return list(args.metrics)
+    return [*OFFLINE_METRICS, *(JUDGED_METRICS if args.judge else ())]
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """``hyde-lc evaluate``: one Ragas-ready record per question, resumable."""
+    from hyde_lc.cli import _open
+    from hyde_lc.evaluation.ragas_metrics import mean_scores, score_records
+    from hyde_lc.evaluation.runs import evaluate_questions, read_questions, read_records
+
+    questions = read_questions(args.questions)  # a bad file fails before models load
+    store = _open(args, must_exist=True)
+    pipeline = _pipeline(args, store, args.mode, args.window)
+    summary = evaluate_questions(
+        questions,
+        pipeline,
+        args.out,
+        resume=not args.restart,
+        retry_errors=args.retry_errors,
+    )
+    print(
+        f"{pipeline.retrieval_method}: {summary.done} answered, {summary.skipped} already in "
+        f"{args.out}, {summary.failed} failed (recorded with metadata.error)"
+    )
+    if args.score:
+        judge_llm, judge_embeddings = _judge(args)
+        records = read_records(args.out)
+        means = mean_scores(
+            score_records(
+                records, _metrics(args), judge_llm=judge_llm, judge_embeddings=judge_embeddings
+            )
+        )
+        print(json.dumps({"retrieval_method": pipeline.retrieval_method, **means}, indent=2))
+    return 1 if summary.failed else 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """``hyde-lc compare``: the same questions through each mode, one report directory."""
+    from hyde_lc.cli import _open
+    from hyde_lc.evaluation.compare import compare_modes
+    from hyde_lc.evaluation.runs import read_questions
+
+    questions = read_questions(args.questions)
+    store = _open(args, must_exist=True)
+    pipelines = {mode: _pipeline(args, store, mode, 0) for mode in args.modes}
+    if args.window:
+        pipelines[f"hyde-window{args.window}"] = _pipeline(args, store, "hyde", args.window)
+    if len(pipelines) < 2:
+        raise HydeLcError("compare needs two modes or more: --modes standard hyde, or --window N")
+    judge_llm, judge_embeddings = _judge(args)
+    if args.pairwise and judge_llm is None:
+        raise HydeLcError("--pairwise needs a judge model: add --judge SPEC")
+    report = compare_modes(
+        questions,
+        pipelines,
+        Path(args.out_dir),
+        metrics=_metrics(args),
+        judge_llm=judge_llm,
+        judge_embeddings=judge_embeddings,
+        pairwise_judge=judge_llm if args.pairwise else None,
+    )
+    keys = [k for k, v in report.aggregates[report.modes[0]].items() if not isinstance(v, str)]
+    width = max(len(k) for k in keys)
+    print(f"{'':{width}}  " + "  ".join(f"{m:>14}" for m in report.modes))
+    for key in keys:
+        cells = [report.aggregates[m].get(key) for m in report.modes]
+        print(
+            f"{key:{width}}  "
+            + "  ".join(f"{'n/a' if c is None else f'{c:.4g}':>14}" for c in cells)
+        )
+    if report.pairwise:
+        print("judge: " + ", ".join(f"{k} {v}" for k, v in report.pairwise.items()))
+    print(f"\nreport: {report.html_path}")
+    return 0
+
+
+def add_commands(sub: Any, store_args: Any, numbers: dict[str, Any]) -> None:
+    """Register ``evaluate`` and ``compare`` on the ``hyde-lc`` subparsers."""
+    from hyde_lc.evaluation.ragas_metrics import JUDGED_METRICS, OFFLINE_METRICS
+
+    metric_names = [*OFFLINE_METRICS, *JUDGED_METRICS]
+    evaluate = sub.add_parser(
+        "evaluate", help="answer a question file into Ragas-ready records (resumable)"
+    )
+    evaluate.add_argument("questions", help="JSON Lines: question (or user_input), reference...")
+    evaluate.add_argument("--out", required=True, help="JSON Lines records (appended, resumable)")
+    evaluate.add_argument("--mode", choices=("hyde", "standard"), default="hyde")
+    evaluate.add_argument(
+        "--window",
+        type=numbers["non_negative_int"],
+        default=0,
+        metavar="N",
+        help="widen each hit with N neighbouring chunks on each side",
+    )
+    evaluate.add_argument("--restart", action="store_true", help="start --out afresh")
+    evaluate.add_argument(
+        "--retry-errors", action="store_true", help="redo the questions that failed before"
+    )
+    evaluate.add_argument("--score", action="store_true", help="print mean Ragas metrics")
+    evaluate.add_argument("--metrics", nargs="+", choices=metric_names)
+    evaluate.add_argument("--judge", metavar="SPEC", help="judge model for LLM-judged metrics")
+    _pipeline_options(evaluate, numbers)
+    store_args(evaluate)
+    evaluate.set_defaults(func=cmd_evaluate)
+
+    compare = sub.add_parser("compare", help="standard vs HyDE (vs expansion): report with plots")
+    compare.add_argument("questions", help="JSON Lines question file")
+    compare.add_argument("--out-dir", required=True, help="report folder (resumable)")
+    compare.add_argument(
+        "--modes", nargs="+", choices=("standard", "hyde"), default=["standard", "hyde"]
+    )
+    compare.add_argument(
+        "--window",
+        type=numbers["non_negative_int"],
+        default=0,
+        metavar="N",
+        help="also run HyDE with neighbour expansion of N chunks",
+    )
+    compare.add_argument("--metrics", nargs="+", choices=metric_names)
+    compare.add_argument("--judge", metavar="SPEC", help="judge model for LLM-judged metrics")
+    compare.add_argument(
+        "--pairwise", action="store_true", help="the judge also compares the first two answers"
+    )
+    _pipeline_options(compare, numbers)
+    store_args(compare)
+    compare.set_defaults(func=cmd_compare)

@@ -1,0 +1,274 @@
+"""Standard vs HyDE (vs expansion) on the same questions: metrics, tokens, cost, latency.
+
+`compare_modes` runs each named `EvaluationPipeline` over the questions (each into its
+own resumable ``<mode>.jsonl``), scores the records with Ragas (`score_records`), and
+writes a report directory a person can open:
+
+- ``report.html``: aggregate table, per-question table, and the plots below;
+- ``metrics.png`` (metric bars per mode), ``latency.png`` (mean seconds per stage),
+  ``tokens.png`` (mean tokens per stage);
+- ``summary.json`` (everything in the tables) and the per-mode ``*.jsonl`` records.
+
+Optionally an LLM judge compares the two modes' answers question by question, asked in
+both orders so position bias cancels (a split verdict counts as a tie).
+
+Example:
+    >>> from hyde_lc.evaluation import EvaluationPipeline, compare_modes, read_questions
+    >>> questions = read_questions("qa.jsonl")  # doctest: +SKIP
+    >>> report = compare_modes(questions, {
+    ...     "standard": EvaluationPipeline(mode="standard"),
+    ...     "hyde": EvaluationPipeline(mode="hyde"),
+    ... }, "compare-out")  # doctest: +SKIP
+    >>> report.aggregates["hyde"]["context_recall"]  # doctest: +SKIP
+
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseLanguageModel
+
+from hyde_lc.errors import HydeLcError
+from hyde_lc.evaluation.ragas_metrics import mean_scores, score_records, usable
+from hyde_lc.evaluation.records import EvaluationPipeline
+from hyde_lc.evaluation.runs import Question, evaluate_questions, read_records
+
+STAGES = ("hypothesis", "embedding", "answer")
+TIME_KEYS = {
+    "hypothesis": "hypothesis_time",
+    "retrieval": "retrieval_time",
+    "answer": "answer_time",
+}
+
+
+@dataclass
+class ComparisonReport:
+    """What `compare_modes` wrote and computed."""
+
+    out_dir: Path
+    modes: list[str]
+    aggregates: dict[str, dict[str, Any]]
+    """Per mode: mean metrics, latency, tokens, cost, failures."""
+    per_question: list[dict[str, Any]]
+    """Per question: the question and, per mode, its metrics, time, cost and answer."""
+    pairwise: dict[str, int] | None = None
+    """Judge verdict counts (``<mode a>``, ``<mode b>``, ``tie``) when a judge ran."""
+
+    @property
+    def html_path(self) -> Path:
+        """The page to open."""
+        return self.out_dir / "report.html"
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.fmean(present) if present else None
+
+
+def aggregate(records: Sequence[dict[str, Any]], scores: Sequence[dict]) -> dict[str, Any]:
+    """Mean metrics, latency per stage, tokens per stage and total cost of one mode."""
+    ran = [r for r in records if usable(r)]
+    metas = [r["metadata"] for r in ran]
+    out: dict[str, Any] = {"questions": len(records), "failed": len(records) - len(ran)}
+    out.update(mean_scores([s for r, s in zip(records, scores, strict=True) if usable(r)]))
+    times = [m["execution_time"] for m in metas]
+    out["latency_mean_s"] = _mean(times)
+    out["latency_p50_s"] = statistics.median(times) if times else None
+    for stage, key in TIME_KEYS.items():
+        out[f"{stage}_time_mean_s"] = _mean([m[key] for m in metas])
+    for stage in STAGES:
+        used = [m["stages"][stage] for m in metas]
+        out[f"{stage}_tokens_mean"] = _mean([u["input_tokens"] + u["output_tokens"] for u in used])
+    costs = [m["total_cost"] for m in metas]
+    out["total_cost"] = None if None in costs else sum(c for c in costs if c is not None)
+    out["cost_source"] = "; ".join(dict.fromkeys(m["cost_source"] for m in metas))
+    return out
+
+
+JUDGE_PROMPT = (
+    "You compare two answers to a question. Prefer the answer that is correct, answers the "
+    "question, and does not invent facts.\n\nQuestion: {question}\n\nAnswer A:\n{a}\n\n"
+    "Answer B:\n{b}\n\nReply with exactly one word: A, B, or TIE."
+)
+
+
+def _verdict(judge: BaseLanguageModel, question: str, a: str, b: str) -> str:
+    reply = judge.invoke(JUDGE_PROMPT.format(question=question, a=a, b=b))
+    text = str(getattr(reply, "content", reply)).strip().upper()
+    return next((v for v in ("TIE", "A", "B") if text.startswith(v)), "TIE")
+
+
+def judge_pair(judge: BaseLanguageModel, question: str, first: str, second: str) -> str:
+    """``first``, ``second`` or ``tie``: the judge is asked in both orders."""
+    forward = _verdict(judge, question, first, second)
+    backward = {"A": "B", "B": "A", "TIE": "TIE"}[_verdict(judge, question, second, first)]
+    if forward == backward != "TIE":
+        return "first" if forward == "A" else "second"
+    return "tie"
+
+
+def compare_modes(
+    questions: Sequence[Question],
+    pipelines: Mapping[str, EvaluationPipeline],
+    out_dir: str | Path,
+    *,
+    metrics: Sequence[str] | None = None,
+    judge_llm: BaseLanguageModel | None = None,
+    judge_embeddings: Embeddings | None = None,
+    pairwise_judge: BaseLanguageModel | None = None,
+    progress: bool = True,
+) -> ComparisonReport:
+    """Run, score and report every pipeline on the same questions (see module docstring)."""
+    if len(pipelines) < 2:
+        raise HydeLcError("compare needs at least two modes, e.g. standard and hyde")
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    records: dict[str, list[dict[str, Any]]] = {}
+    scores: dict[str, list[dict]] = {}
+    for name, pipeline in pipelines.items():
+        path = folder / f"{name}.jsonl"
+        evaluate_questions(questions, pipeline, path, progress=progress)
+        by_key = {r["metadata"].get("question_key"): r for r in read_records(path)}
+        records[name] = [by_key[q.key] for q in questions]  # the file may hold others too
+        scores[name] = score_records(
+            records[name], metrics, judge_llm=judge_llm, judge_embeddings=judge_embeddings
+        )
+    modes = list(pipelines)
+    aggregates = {m: aggregate(records[m], scores[m]) for m in modes}
+    per_question = []
+    for i, question in enumerate(questions):
+        row: dict[str, Any] = {"question": question.question}
+        for m in modes:
+            meta = records[m][i]["metadata"]
+            row[m] = {
+                **scores[m][i],
+                "time_s": meta.get("execution_time"),
+                "cost": meta.get("total_cost"),
+                "answer": records[m][i].get("response"),
+                "error": meta.get("error"),
+            }
+        per_question.append(row)
+    pairwise = None
+    if pairwise_judge is not None:
+        first, second = modes[:2]
+        pairwise = {first: 0, second: 0, "tie": 0}
+        for row in per_question:
+            a, b = row[first]["answer"], row[second]["answer"]
+            if a and b:
+                verdict = judge_pair(pairwise_judge, row["question"], a, b)
+                winner = {"first": first, "second": second}.get(verdict, "tie")
+                row["judge_prefers"] = winner
+                pairwise[winner] += 1
+    report = ComparisonReport(folder, modes, aggregates, per_question, pairwise)
+    write_report(report)
+    return report
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 100 else f"{value:.0f}"
+    return str(value)
+
+
+def _plots(report: ComparisonReport) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    modes, agg = report.modes, report.aggregates
+    metric_names = [
+        k for k, v in agg[modes[0]].items()
+        if isinstance(v, float) and not k.endswith(("_s", "_mean", "cost"))
+    ]  # fmt: skip
+    files = []
+    charts = [
+        ("metrics.png", "Ragas metrics (higher is better)", metric_names, metric_names),
+        ("latency.png", "Mean seconds per stage", [f"{s}_time_mean_s" for s in TIME_KEYS],
+         list(TIME_KEYS)),
+        ("tokens.png", "Mean tokens per stage", [f"{s}_tokens_mean" for s in STAGES],
+         list(STAGES)),
+    ]  # fmt: skip
+    for filename, title, keys, labels in charts:
+        if not keys:
+            continue
+        fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(keys) * len(modes)), 4))
+        width = 0.8 / len(modes)
+        x = np.arange(len(keys))
+        for j, mode in enumerate(modes):
+            values = [agg[mode].get(k) or 0.0 for k in keys]
+            ax.bar(x + j * width, values, width, label=mode)
+        ax.set_xticks(x + width * (len(modes) - 1) / 2, labels, rotation=20, ha="right")
+        ax.set_title(title)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(report.out_dir / filename, dpi=100)
+        plt.close(fig)
+        files.append(filename)
+    return files
+
+
+def write_report(report: ComparisonReport) -> None:
+    """``summary.json``, the PNG plots and ``report.html`` into ``report.out_dir``."""
+    summary = {
+        "modes": report.modes,
+        "aggregates": report.aggregates,
+        "per_question": report.per_question,
+        "pairwise": report.pairwise,
+    }
+    (report.out_dir / "summary.json").write_text(
+        json.dumps(summary, indent=2, ensure_ascii=False), "utf-8"
+    )
+    images = _plots(report)
+    esc = html.escape
+    keys = list(dict.fromkeys(k for m in report.modes for k in report.aggregates[m]))
+    agg_rows = "".join(
+        f"<tr><th>{esc(k)}</th>"
+        + "".join(f"<td>{esc(_fmt(report.aggregates[m].get(k)))}</td>" for m in report.modes)
+        + "</tr>"
+        for k in keys
+    )
+    metric_keys = [
+        k for k in report.per_question[0][report.modes[0]] if k not in ("answer", "error")
+    ]
+    q_rows = "".join(
+        f"<tr><td>{esc(row['question'])}</td>"
+        + "".join(
+            f"<td>{'<br>'.join(f'{esc(k)}: {esc(_fmt(row[m].get(k)))}' for k in metric_keys)}"
+            f"<br><i>{esc(row[m].get('error') or row[m].get('answer') or '')}</i></td>"
+            for m in report.modes
+        )
+        + "</tr>"
+        for row in report.per_question
+    )
+    judge = (
+        "<h2>LLM judge (both orders)</h2><p>"
+        + ", ".join(f"{esc(k)}: {v}" for k, v in report.pairwise.items())
+        + "</p>"
+        if report.pairwise
+        else ""
+    )
+    heads = "".join(f"<th>{esc(m)}</th>" for m in report.modes)
+    page = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>hyde_lc comparison</title>
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:4px 8px;vertical-align:top;text-align:left}}</style>
+</head><body><h1>hyde_lc: {esc(" vs ".join(report.modes))}</h1>
+<h2>Aggregate</h2><table><tr><th></th>{heads}</tr>{agg_rows}</table>
+{"".join(f'<p><img src="{esc(i)}" alt="{esc(i)}"></p>' for i in images)}
+{judge}
+<h2>Per question</h2><table><tr><th>question</th>{heads}</tr>{q_rows}</table>
+</body></html>
+"""
+    report.html_path.write_text(page, "utf-8")

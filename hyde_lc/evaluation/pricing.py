@@ -1,0 +1,114 @@
+"""What a stage cost: token counts times a dated pricing table, never a guess.
+
+The table (``hyde_lc/data/pricing.json``) lists USD per million tokens for common OpenAI
+models, with the date it was read. ``HYDE_LC_PRICING=/path/to/pricing.json`` replaces it
+(same format). Local models cost 0; a model the table does not list costs ``None`` with
+``source="unknown"``.
+
+Example:
+    >>> from hyde_lc.evaluation.pricing import stage_cost
+    >>> stage_cost("openai", "gpt-4o-mini-2024-07-18", 1_000_000, 0).usd
+    0.15
+    >>> stage_cost("local", "qwen2.5-coder-1.5b", 500, 200).source
+    'local model (no charge)'
+    >>> stage_cost("openai", "my-finetune", 10, 10).usd is None
+    True
+
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+PRICING_ENV = "HYDE_LC_PRICING"
+LOCAL_SOURCE = "local model (no charge)"
+UNKNOWN_SOURCE = "unknown"
+_DATE_SUFFIX = re.compile(r"-\d{4}-\d{2}-\d{2}$")
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per million input and output tokens."""
+
+    input_per_million: float
+    output_per_million: float
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A cost in USD (``None`` when unknown) and where the figure came from."""
+
+    usd: float | None
+    source: str
+
+
+@dataclass(frozen=True)
+class PricingTable:
+    """Prices per model, read on ``as_of`` from ``source``.
+
+    Example:
+        >>> table = PricingTable.load()
+        >>> table.price("gpt-4o-mini").output_per_million
+        0.6
+
+    """
+
+    as_of: str
+    source: str
+    prices: dict[str, Price]
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> PricingTable:
+        """The table at ``path``, else ``$HYDE_LC_PRICING``, else the bundled one."""
+        chosen = path or os.environ.get(PRICING_ENV)
+        return _load(str(chosen) if chosen else None)
+
+    def price(self, model: str) -> Price | None:
+        """The price of ``model``; dated snapshots (``-2024-07-18``) use their base model."""
+        name = model.rsplit(":", 1)[-1].strip()
+        return self.prices.get(name) or self.prices.get(_DATE_SUFFIX.sub("", name))
+
+    @property
+    def label(self) -> str:
+        """``pricing table (as of DATE)``, the ``cost_source`` of priced stages."""
+        return f"pricing table (as of {self.as_of})"
+
+
+@lru_cache(maxsize=8)
+def _load(path: str | None) -> PricingTable:
+    if path is None:
+        text = (resources.files("hyde_lc") / "data" / "pricing.json").read_text("utf-8")
+    else:
+        text = Path(path).read_text("utf-8")
+    raw = json.loads(text)
+    prices = {
+        name: Price(float(p["input"]), float(p.get("output", 0.0)))
+        for name, p in raw["models"].items()
+    }
+    return PricingTable(as_of=str(raw["as_of"]), source=str(raw.get("source", "")), prices=prices)
+
+
+def stage_cost(
+    provider: str,
+    model: str,
+    input_tokens: int,
+    output_tokens: int,
+    table: PricingTable | None = None,
+) -> Cost:
+    """The cost of one stage's tokens on ``provider:model``."""
+    if provider == "local":
+        return Cost(0.0, LOCAL_SOURCE)
+    table = table or PricingTable.load()
+    price = table.price(model)
+    if price is None:
+        return Cost(None, UNKNOWN_SOURCE)
+    usd = (
+        input_tokens * price.input_per_million + output_tokens * price.output_per_million
+    ) / 1_000_000
+    return Cost(usd, table.label)

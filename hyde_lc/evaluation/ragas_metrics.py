@@ -1,0 +1,176 @@
+"""Ragas metrics on evaluation records: offline by default, an LLM judge only when named.
+
+Ragas' ``evaluate`` builds an OpenAI judge when it is given no metrics, so metrics are
+always passed explicitly here. Offline metrics (no model at all):
+
+==============================  =======================================================
+``context_precision``           non-LLM, retrieved vs reference contexts (string match)
+``context_recall``              non-LLM, reference contexts found among the retrieved
+``id_context_precision``        retrieved ids that are reference ids
+``id_context_recall``           reference ids that were retrieved
+``string_similarity``           response vs reference (Levenshtein)
+``rouge``                       response vs reference (ROUGE-L F1)
+``bleu`` / ``chrf``             response vs reference (sacrebleu)
+==============================  =======================================================
+
+Each metric runs only on records that have its columns (a record without ``reference``
+gets no answer metrics). With a judge (``judge_llm``, any LangChain chat model, local or
+remote): ``faithfulness``, ``answer_relevancy`` (also needs ``judge_embeddings``) and
+``llm_context_precision`` (needs ``reference``).
+
+Example:
+    >>> from hyde_lc.evaluation import score_records
+    >>> scores = score_records(records)  # doctest: +SKIP
+    >>> scores[0]["context_recall"]  # doctest: +SKIP
+    1.0
+
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseLanguageModel
+
+from hyde_lc.errors import HydeLcError
+from hyde_lc.evaluation.records import RAGAS_KEYS
+
+os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
+
+OFFLINE_METRICS: dict[str, tuple[str, set[str]]] = {
+    "context_precision": ("NonLLMContextPrecisionWithReference", {"reference_contexts"}),
+    "context_recall": ("NonLLMContextRecall", {"reference_contexts"}),
+    "id_context_precision": ("IDBasedContextPrecision", {"reference_context_ids"}),
+    "id_context_recall": ("IDBasedContextRecall", {"reference_context_ids"}),
+    "string_similarity": ("NonLLMStringSimilarity", {"reference", "response"}),
+    "rouge": ("RougeScore", {"reference", "response"}),
+    "bleu": ("BleuScore", {"reference", "response"}),
+    "chrf": ("ChrfScore", {"reference", "response"}),
+}
+"""Our name -> (Ragas class, record keys it needs besides the retrieved contexts)."""
+JUDGED_METRICS: dict[str, tuple[str, set[str]]] = {
+    "faithfulness": ("Faithfulness", {"response"}),
+    "answer_relevancy": ("ResponseRelevancy", {"response"}),
+    "llm_context_precision": ("LLMContextPrecisionWithReference", {"reference"}),
+}
+"""Metrics that need ``judge_llm``."""
+
+
+def _ragas_class(name: str) -> Any:
+    with warnings.catch_warnings():
+        # ragas 0.4 moves these to ragas.metrics.collections, whose classes `evaluate`
+        # does not accept yet; the classic ones still work and warn on import.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import ragas.metrics
+
+        return getattr(ragas.metrics, name)
+
+
+def to_ragas_sample(record: dict[str, Any]) -> dict[str, Any]:
+    """The Ragas fields of a record (no ``metadata``, no empty values)."""
+    return {key: record[key] for key in RAGAS_KEYS if record.get(key) is not None}
+
+
+def usable(record: dict[str, Any]) -> bool:
+    """Records that ran (failed questions carry ``metadata.error`` and are not scored)."""
+    return not record.get("metadata", {}).get("error")
+
+
+def _scores_of(result: Any) -> list[float | None]:
+    """The one metric's score per sample (its column name may carry the metric's options)."""
+    values = [next(iter(row.values()), None) for row in result.scores]
+    return [
+        None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v) for v in values
+    ]
+
+
+def score_records(
+    records: Sequence[dict[str, Any]],
+    metrics: Sequence[str] | None = None,
+    *,
+    judge_llm: BaseLanguageModel | None = None,
+    judge_embeddings: Embeddings | None = None,
+    show_progress: bool = False,
+) -> list[dict[str, float | None]]:
+    """Per-record scores ``{metric: value or None}``, in the order of ``records``.
+
+    ``metrics`` defaults to every offline metric, plus the judged ones when ``judge_llm``
+    is given. A metric a record lacks the columns for scores ``None`` for that record.
+    """
+    chosen = list(metrics) if metrics is not None else [
+        *OFFLINE_METRICS, *(JUDGED_METRICS if judge_llm is not None else ())
+    ]  # fmt: skip
+    unknown = [m for m in chosen if m not in OFFLINE_METRICS and m not in JUDGED_METRICS]
+    if unknown:
+        raise HydeLcError(
+            f"unknown metric(s) {', '.join(unknown)}: choose from "
+            f"{', '.join([*OFFLINE_METRICS, *JUDGED_METRICS])}"
+        )
+    judged = [m for m in chosen if m in JUDGED_METRICS]
+    if judged and judge_llm is None:
+        raise HydeLcError(
+            f"{', '.join(judged)} need a judge LLM: pass judge_llm (e.g. --judge local:"
+            "qwen2.5-coder-1.5b or --judge openai:gpt-4o-mini), or use offline metrics only"
+        )
+    if "answer_relevancy" in judged and judge_embeddings is None:
+        raise HydeLcError("answer_relevancy needs judge_embeddings (e.g. load_embeddings())")
+    scores: list[dict[str, float | None]] = [dict.fromkeys(chosen) for _ in records]
+    for name in chosen:
+        class_name, needs = {**OFFLINE_METRICS, **JUDGED_METRICS}[name]
+        rows = [
+            i
+            for i, r in enumerate(records)
+            if usable(r) and r.get("retrieved_contexts") and all(r.get(k) for k in needs)
+        ]
+        if not rows:
+            continue
+        metric = _build(class_name, judge_llm, judge_embeddings)
+        result = _evaluate([to_ragas_sample(records[i]) for i in rows], metric, show_progress)
+        for i, value in zip(rows, _scores_of(result), strict=True):
+            scores[i][name] = value
+    return scores
+
+
+def _build(class_name: str, llm: BaseLanguageModel | None, embeddings: Embeddings | None) -> Any:
+    metric = _ragas_class(class_name)()
+    if llm is not None and hasattr(metric, "llm"):
+        from ragas.llms import LangchainLLMWrapper
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            metric.llm = LangchainLLMWrapper(llm)
+    if embeddings is not None and hasattr(metric, "embeddings"):
+        from ragas.embeddings import LangchainEmbeddingsWrapper
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            metric.embeddings = LangchainEmbeddingsWrapper(embeddings)
+    return metric
+
+
+def _evaluate(samples: list[dict[str, Any]], metric: Any, show_progress: bool) -> Any:
+    from ragas import EvaluationDataset, evaluate
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # evaluate() -> @experiment
+        return evaluate(
+            EvaluationDataset.from_list(samples),
+            metrics=[metric],
+            show_progress=show_progress,
+            raise_exceptions=False,  # a judge's unparsable reply scores NaN (None), not a crash
+        )
+
+
+def mean_scores(scores: Sequence[dict[str, float | None]]) -> dict[str, float | None]:
+    """Mean of each metric over the records that have it (None when none have it)."""
+    names = dict.fromkeys(name for row in scores for name in row)
+    out: dict[str, float | None] = {}
+    for name in names:
+        values = [row[name] for row in scores if row.get(name) is not None]
+        out[name] = sum(v for v in values if v is not None) / len(values) if values else None
+    return out

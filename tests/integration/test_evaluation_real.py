@@ -1,0 +1,137 @@
+"""Evaluation on the real thing: SmolLM2 via llama.cpp, MiniLM, Chroma on disk, the CLI."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from langchain_core.callbacks import UsageMetadataCallbackHandler
+
+from hyde_lc import ingest_paths, load_llm, open_store
+from hyde_lc.evaluation import EvaluationPipeline, read_records, score_records
+from tests.conftest import ROOT, SAMPLE_PDF
+
+pytestmark = pytest.mark.integration
+HYDE_LC = str(Path(sys.executable).parent / "hyde-lc")
+SAMPLE_QUESTIONS = ROOT / "hyde_lc" / "sample" / "questions.jsonl"
+TIMING_KEYS = {"execution_time", "hypothesis_time", "retrieval_time", "answer_time", "timings"}
+
+
+@pytest.fixture(scope="module")
+def store_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("store")
+    ingest_paths([SAMPLE_PDF], open_store(folder), progress=False)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def smol():
+    return load_llm("local:smollm2-135m", role="answer", max_tokens=48)
+
+
+@pytest.fixture(scope="module")
+def records(store_dir, smol):
+    """Three real records; one model object serves both stages."""
+    handler = UsageMetadataCallbackHandler()
+    pipeline = EvaluationPipeline(
+        store=open_store(store_dir),
+        custom_hyde_llm=smol,
+        custom_answer_llm=smol,
+        k=3,
+        callbacks=[handler],
+    )
+    rows = [json.loads(line) for line in SAMPLE_QUESTIONS.read_text("utf-8").splitlines()][:3]
+    out = [pipeline.run(r["question"], reference=r["reference"]) for r in rows]
+    return out, handler
+
+
+def test_real_model_tokens_are_per_stage_non_zero_and_distinct(records):
+    out, handler = records
+    for record in out:
+        meta = record["metadata"]
+        hyp, emb, ans = (meta["stages"][s] for s in ("hypothesis", "embedding", "answer"))
+        assert meta["fallback"] is None
+        assert hyp["model_id"] == ans["model_id"] and ".gguf" in hyp["model_id"]
+        for stage in (hyp, ans):
+            assert stage["input_tokens"] > 0 and stage["output_tokens"] > 0
+            assert stage["usage_source"] == "reported by the model"
+            assert stage["cost"] == 0.0 and stage["cost_source"] == "local model (no charge)"
+        # The answer prompt holds three chunks; the hypothesis prompt only the question.
+        assert ans["input_tokens"] > 3 * hyp["input_tokens"]
+        assert emb["input_tokens"] > 0 and meta["embedding_model"] == "local:minilm"
+        assert meta["input_tokens"] == hyp["input_tokens"] + ans["input_tokens"]
+        assert meta["total_cost"] == 0.0
+        assert meta["hypothesis_time"] > 0 and meta["answer_time"] > 0
+    # LangChain's handler sees the same tokens, but lumped under one model name.
+    (lumped,) = handler.usage_metadata.values()
+    assert lumped["input_tokens"] == sum(r["metadata"]["input_tokens"] for r in out)
+
+
+def test_ragas_evaluate_runs_offline_on_real_records(records):
+    out, _ = records
+    scores = score_records(out, ["string_similarity", "rouge", "chrf", "bleu"])
+    assert len(scores) == 3
+    for row in scores:
+        assert all(value is not None and 0.0 <= value <= 1.0 for value in row.values()), row
+
+
+def _run(env, *args, **kwargs):
+    return subprocess.run(
+        [HYDE_LC, *args], env=env, capture_output=True, text=True, timeout=600, **kwargs
+    )
+
+
+def test_cli_evaluate_killed_mid_run_resumes_to_the_same_file(store_dir, tmp_path):
+    env = {
+        **os.environ,
+        "HYDE_LC_STORE": str(store_dir),
+        "HYDE_LC_ANSWER_LLM": "local:smollm2-135m",
+        "HYDE_LC_THREADS": os.environ.get("HYDE_LC_THREADS", "1"),
+    }
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(
+        "".join(SAMPLE_QUESTIONS.read_text("utf-8").splitlines(keepends=True)[:4]), "utf-8"
+    )
+    # Standard mode: the answer model is greedy, so two runs give the same records.
+    args = ("evaluate", str(questions), "--mode", "standard", "--k", "2")
+    whole = tmp_path / "whole.jsonl"
+    done = _run(env, *args, "--out", str(whole))
+    assert done.returncode == 0, done.stderr
+    assert len(read_records(whole)) == 4
+
+    resumed = tmp_path / "resumed.jsonl"
+    proc = subprocess.Popen(
+        [HYDE_LC, *args, "--out", str(resumed)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if resumed.exists() and len(read_records(resumed)) >= 1:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    kept = len(read_records(resumed))
+    assert 1 <= kept < 4, "the run should have been killed part-way"
+
+    again = _run(env, *args, "--out", str(resumed))
+    assert again.returncode == 0, again.stderr
+    assert f"{4 - kept} answered, {kept} already in" in again.stdout
+
+    def strip(records):
+        return [
+            {**r, "metadata": {k: v for k, v in r["metadata"].items() if k not in TIMING_KEYS}}
+            for r in records
+        ]
+
+    assert strip(read_records(resumed)) == strip(read_records(whole))
+
+    scored = _run(env, *args, "--out", str(resumed), "--score", "--metrics", "rouge")
+    assert scored.returncode == 0, scored.stderr
+    assert '"rouge":' in scored.stdout and "0 answered, 4 already in" in scored.stdout
