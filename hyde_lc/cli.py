@@ -296,8 +296,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     modes = [
         m
-        for m in default_modes(args.n, args.prompts)
-        if m.n_hypotheses == 0 or m.name.split(" n=")[0] in args.modes
+        for m in default_modes(args.n, args.prompts, args.query_weights)
+        if m.n_hypotheses == 0 or m.name.split(" n=")[0].split(" w=")[0] in args.modes
     ]
     if "standard" not in args.modes:
         modes = [m for m in modes if m.n_hypotheses]
@@ -398,6 +398,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--prompts", nargs="+", choices=sorted(PROMPTS), default=["scifact", "generic"]
     )
+    bench.add_argument(
+        "--query-weights",
+        type=_unit_interval,
+        nargs="+",
+        default=[],
+        metavar="W",
+        help="also run mean+q and rrf with the query's share of the fusion set to W",
+    )
     bench.add_argument("--llm", help="hypothesis model spec ($HYDE_LC_HYPOTHESIS_LLM)")
     bench.add_argument("--embeddings", help="embedding model spec (default local:minilm)")
     bench.add_argument("--max-tokens", type=_positive_int, default=256)
@@ -419,6 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
             "positive_int": _positive_int,
             "positive_float": _positive_float,
             "non_negative_int": _non_negative_int,
+            "unit_interval": _unit_interval,
         },
     )
 
@@ -448,6 +457,14 @@ def _number(kind: type, minimum: float, strict: bool, rule: str) -> Any:
 _positive_int = _number(int, 1, strict=False, rule="at least 1")
 _positive_float = _number(float, 0, strict=True, rule="positive")
 _non_negative_int = _number(int, 0, strict=False, rule="0 or more")
+
+
+def _unit_interval(text: str) -> float:
+    """An argparse type: a number strictly between 0 and 1."""
+    value = _positive_float(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"must be below 1, got {value}")
+    return float(value)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

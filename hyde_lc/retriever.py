@@ -104,6 +104,13 @@ class HyDERetriever(BaseRetriever):
     """How query and hypotheses are combined: ``mean``, ``concat`` or ``rrf``."""
     include_query: bool = True
     """Whether the query itself takes part in the fusion (the paper: yes)."""
+    query_weight: float | None = None
+    """The query's share of the fusion, between 0 and 1; the hypotheses share the rest.
+
+    ``None`` is the paper's equal weighting (1/(n+1) for ``mean``, equal rankings for
+    ``rrf``). With ``mean`` this weights the vector average, which for unit vectors and
+    cosine search ranks exactly as interpolating the query's and the hypotheses'
+    similarity scores would. Used with ``mean`` and ``rrf`` when ``include_query``."""
     prompt: str | list[str] = DEFAULT_PROMPT
     """Prompt name or ``{question}`` template; a list gives hypotheses per prompt."""
     hypothesis_length: int | None = None
@@ -156,6 +163,17 @@ class HyDERetriever(BaseRetriever):
             raise ValueError("n_hypotheses > 0 needs a hypothesis_llm (or set n_hypotheses=0)")
         if self.timeout is not None and self.timeout <= 0:
             raise ValueError(f"timeout must be positive seconds or None, got {self.timeout}")
+        if self.query_weight is not None:
+            if not 0 < self.query_weight < 1:
+                raise ValueError(
+                    f"query_weight must lie strictly between 0 and 1, got {self.query_weight} "
+                    "(for 0 set include_query=False; for 1 set n_hypotheses=0)"
+                )
+            if self.fusion == "concat" or not self.include_query:
+                raise ValueError(
+                    "query_weight needs the query in a mean or rrf fusion: use fusion='mean' "
+                    "or 'rrf' with include_query=True, or leave query_weight=None"
+                )
         if "k" in self.search_kwargs:  # the usual LangChain spelling: it sets the default k
             self.search_kwargs = dict(self.search_kwargs)
             self.k = int(self.search_kwargs.pop("k"))
@@ -232,7 +250,15 @@ class HyDERetriever(BaseRetriever):
         vectors = embeddings.embed_documents(hypotheses)
         if self.include_query:
             vectors = [embeddings.embed_query(query), *vectors]
-        return [fuse_mean(vectors)] if self.fusion == "mean" else vectors
+        if self.fusion == "mean":
+            return [fuse_mean(vectors, self._fusion_weights(len(vectors)))]
+        return vectors
+
+    def _fusion_weights(self, count: int) -> list[float] | None:
+        """Weights of [query, *hypotheses] by ``query_weight`` (None: all equal)."""
+        if self.query_weight is None or not self.include_query or count < 2:
+            return None
+        return [self.query_weight] + [(1 - self.query_weight) / (count - 1)] * (count - 1)
 
     def _search(self, vectors: list[list[float]], k: int) -> list[Document]:
         """Search with one vector, or fuse the rankings of several (``rrf``)."""
@@ -249,7 +275,7 @@ class HyDERetriever(BaseRetriever):
                 by_key.setdefault(key, doc)
                 keys.append(key)
             id_rankings.append(keys)
-        fused = reciprocal_rank_fusion(id_rankings)[:k]
+        fused = reciprocal_rank_fusion(id_rankings, weights=self._fusion_weights(len(vectors)))[:k]
         out = []
         for key, score in fused:
             doc = by_key[key].model_copy(deep=True)

@@ -129,22 +129,29 @@ class BenchMode:
     fusion: Fusion = "mean"
     include_query: bool = True
     prompt: str = "scifact"
+    query_weight: float | None = None
 
     @property
     def name(self) -> str:
-        """Short label, e.g. ``mean+q n=4 scifact``."""
+        """Short label, e.g. ``mean+q n=4 scifact`` or ``rrf w=0.7 n=4 scifact``."""
         if self.n_hypotheses == 0:
             return "standard"
         label = {"mean": "mean+q" if self.include_query else "mean (hyp only)"}.get(
             self.fusion, self.fusion + ("" if self.include_query else " (hyp only)")
         )
-        return f"{label} n={self.n_hypotheses} {self.prompt}"
+        weight = "" if self.query_weight is None else f" w={self.query_weight:g}"
+        return f"{label}{weight} n={self.n_hypotheses} {self.prompt}"
 
 
 def default_modes(
-    ns: Sequence[int] = (1, 4), prompts: Sequence[str] = ("scifact", "generic")
+    ns: Sequence[int] = (1, 4),
+    prompts: Sequence[str] = ("scifact", "generic"),
+    query_weights: Sequence[float] = (),
 ) -> list[BenchMode]:
-    """Standard, then per prompt and n: mean with and without the query, concat, rrf."""
+    """Standard, then per prompt and n: mean with and without the query, concat, rrf.
+
+    Each of ``query_weights`` adds mean and rrf with that weight as the query's share.
+    """
     modes = [BenchMode()]
     for prompt in prompts:
         for n in sorted(ns, reverse=True):  # the largest n first: its samples serve the rest
@@ -154,6 +161,11 @@ def default_modes(
                 BenchMode(n, "concat", True, prompt),
                 BenchMode(n, "rrf", True, prompt),
             ]
+            for weight in query_weights:
+                modes += [
+                    BenchMode(n, "mean", True, prompt, weight),
+                    BenchMode(n, "rrf", True, prompt, weight),
+                ]
     return modes
 
 
@@ -285,6 +297,7 @@ async def _run_mode(
         n_hypotheses=mode.n_hypotheses,
         fusion=mode.fusion,
         include_query=mode.include_query,
+        query_weight=mode.query_weight,
         prompt=mode.prompt,
         hypothesis_cache=cache,
         rrf_candidates=DEPTH,

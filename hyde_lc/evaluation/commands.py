@@ -28,6 +28,12 @@ def _pipeline_options(parser: argparse.ArgumentParser, numbers: dict[str, Any]) 
     group.add_argument(
         "--hypotheses-only", action="store_true", help="leave the question out of the fusion"
     )
+    group.add_argument(
+        "--query-weight",
+        type=numbers["unit_interval"],
+        metavar="W",
+        help="the query's share of the mean or rrf fusion (default: the paper's 1/(n+1))",
+    )
     group.add_argument("--timeout", type=numbers["positive_float"], default=120.0)
     group.add_argument("--hypothesis-cache", metavar="FILE", help="SQLite hypothesis cache")
     group.add_argument("--hypothesis-llm", help="model spec ($HYDE_LC_HYPOTHESIS_LLM)")
@@ -48,6 +54,7 @@ def _pipeline(args: argparse.Namespace, store: Any, mode: str, window: int) -> A
         n_hypotheses=args.n_hypotheses,
         fusion=args.fusion,
         include_query=not args.hypotheses_only,
+        query_weight=args.query_weight,
         prompt=args.prompt,
         window=window,
         retrieval_only=args.retrieval_only,

@@ -106,6 +106,7 @@ class EvaluationPipeline:
         n_hypotheses: int = 1,
         fusion: Literal["mean", "concat", "rrf"] = "mean",
         include_query: bool = True,
+        query_weight: float | None = None,
         prompt: str | list[str] = DEFAULT_PROMPT,
         window: int = 0,
         retrieval_only: bool = False,
@@ -139,6 +140,7 @@ class EvaluationPipeline:
                 n_hypotheses=n_hypotheses if hyde else 0,
                 fusion=fusion,
                 include_query=include_query,
+                query_weight=query_weight,
                 prompt=prompt,
                 timeout=timeout,
                 hypothesis_cache=hypothesis_cache,
@@ -164,6 +166,8 @@ class EvaluationPipeline:
             method = "hyde"
         else:
             method = f"hyde:{r.fusion}" + ("" if r.include_query else "-hypotheses-only")
+        if r.query_weight is not None:
+            method += f"(w={r.query_weight:g})"
         if r.n_hypotheses > 1:
             method += f"(n={r.n_hypotheses})"
         return method + (f"+window={self.expander.window}" if self.expander else "")

@@ -244,6 +244,8 @@ def test_variants_are_named(store):  # noqa: F811
         ({"fusion": "rrf"}, "hyde:rrf"),
         ({"include_query": False}, "hyde:mean-hypotheses-only"),
         ({"n_hypotheses": 4}, "hyde(n=4)"),
+        ({"n_hypotheses": 4, "query_weight": 0.7}, "hyde(w=0.7)(n=4)"),
+        ({"fusion": "rrf", "query_weight": 0.6}, "hyde:rrf(w=0.6)"),
     ]:
         pipeline = EvaluationPipeline(
             store=store, custom_hyde_llm=llm, retrieval_only=True, **options

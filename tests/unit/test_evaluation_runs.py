@@ -200,3 +200,16 @@ def test_compare_writes_valid_pngs_html_and_summary(tmp_path, store):  # noqa: F
     assert len(summary["per_question"]) == 3
     assert {"standard", "hyde"} <= set(summary["per_question"][0])
     assert (report.out_dir / "standard.jsonl").exists() and (report.out_dir / "hyde.jsonl").exists()
+
+
+def test_cli_evaluate_and_compare_refuse_bad_input_before_loading_anything(tmp_path, capsys):
+    from hyde_lc.cli import main
+
+    out = tmp_path / "out.jsonl"
+    assert main(["evaluate", str(tmp_path / "missing.jsonl"), "--out", str(out)]) == 2
+    assert "no question file" in capsys.readouterr().err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"reference": "x"}\n', "utf-8")
+    assert main(["compare", str(bad), "--out-dir", str(tmp_path / "r")]) == 2
+    assert f"{bad}:1 has no question" in capsys.readouterr().err
+    assert not out.exists() and not (tmp_path / "r").exists()
