@@ -135,3 +135,34 @@ def test_cli_evaluate_killed_mid_run_resumes_to_the_same_file(store_dir, tmp_pat
     scored = _run(env, *args, "--out", str(resumed), "--score", "--metrics", "rouge")
     assert scored.returncode == 0, scored.stderr
     assert '"rouge":' in scored.stdout and "0 answered, 4 already in" in scored.stdout
+
+
+def test_cli_compare_writes_a_report(store_dir, tmp_path):
+    env = {
+        **os.environ,
+        "HYDE_LC_STORE": str(store_dir),
+        "HYDE_LC_HYPOTHESIS_LLM": "local:smollm2-135m",
+        "HYDE_LC_ANSWER_LLM": "local:smollm2-135m",
+        "HYDE_LC_THREADS": os.environ.get("HYDE_LC_THREADS", "1"),
+    }
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(
+        "".join(SAMPLE_QUESTIONS.read_text("utf-8").splitlines(keepends=True)[:2]), "utf-8"
+    )
+    report = tmp_path / "report"
+    args = ("compare", str(questions), "--out-dir", str(report), "--k", "2", "--window", "1")
+    done = _run(env, *args, "--metrics", "rouge", "chrf")
+    assert done.returncode == 0, done.stderr
+    assert "rouge" in done.stdout and str(report / "report.html") in done.stdout
+    summary = json.loads((report / "summary.json").read_text("utf-8"))
+    assert summary["modes"] == ["standard", "hyde", "hyde-window1"]
+    for mode in summary["modes"]:
+        agg = summary["aggregates"][mode]
+        assert agg["questions"] == 2 and agg["failed"] == 0
+        assert 0.0 <= agg["rouge"] <= 1.0 and agg["total_cost"] == 0.0
+    assert summary["aggregates"]["standard"]["hypothesis_tokens_mean"] == 0
+    assert summary["aggregates"]["hyde"]["hypothesis_tokens_mean"] > 0
+    windowed = read_records(report / "hyde-window1.jsonl")
+    assert windowed[0]["metadata"]["retrieval_method"] == "hyde+window=1"
+    for name in ("metrics.png", "latency.png", "tokens.png"):
+        assert (report / name).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
