@@ -1,4 +1,4 @@
-"""The ``hyde-lc`` command: ingest, ask, info, bench, evaluate, compare.
+"""The ``hyde-lc`` command: ingest, ask, info, bench, speed, evaluate, compare.
 
 Example:
     $ hyde-lc ingest --sample
@@ -24,6 +24,7 @@ from typing import Any
 
 from hyde_lc.errors import HydeLcError
 from hyde_lc.fusion import FUSION_MODES
+from hyde_lc.ingest import MAX_FILE_BYTES
 from hyde_lc.prompts import DEFAULT_PROMPT, PROMPTS
 
 SAMPLE_QUESTION = "How did the Fresnel lens change lighthouses?"
@@ -74,13 +75,34 @@ def _print_json(payload: Any) -> None:
     print(json.dumps(payload, indent=2, ensure_ascii=False, default=str))
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0, 9), *range(11, 32), 127, *range(0x80, 0xA0))}
+
+
+def _shown(text: str) -> str:
+    """Text for the terminal: control characters appear as ``\\xNN`` instead of acting
+    (a document or question cannot move the cursor, clear the screen or recolour it)."""
+    return text.translate(_CONTROL)
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
-    """``hyde-lc ingest``: files, folders or the bundled sample into the collection."""
-    from hyde_lc.ingest import ingest_paths
+    """``hyde-lc ingest``: files, folders or the bundled sample into the collection.
+
+    Returns 1 (after ingesting the rest) when a file had no text to index.
+    """
+    from hyde_lc.ingest import check_file_size, discover_files, ingest_paths
 
     paths = list(args.paths) + (sample_files() if args.sample else [])
     if not paths:
         raise HydeLcError("nothing to ingest: give files or folders, or --sample")
+    if args.chunk_overlap >= args.chunk_size:
+        raise HydeLcError(
+            f"--chunk-overlap ({args.chunk_overlap}) must be smaller than --chunk-size "
+            f"({args.chunk_size})"
+        )
+    max_bytes = int(args.max_file_mb * 2**20)
+    # Paths are checked before the store is opened: a typo creates no store.
+    for path in discover_files(paths):
+        check_file_size(path, max_bytes)
     store = _open(args, must_exist=False)
     start = time.perf_counter()
     report = ingest_paths(
@@ -89,13 +111,22 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         chunk_size=args.chunk_size,
         chunk_overlap=args.chunk_overlap,
         progress=not args.json,
+        max_file_bytes=max_bytes,
     )
     elapsed = time.perf_counter() - start
     if args.json:
         _print_json({"files": [vars(f) for f in report.files], "seconds": round(elapsed, 3)})
     else:
-        print(report.summary())
+        print(_shown(report.summary()))
         print(f"done in {elapsed:.1f} s; collection now holds {store._collection.count()} chunks")
+    empty = [f.source for f in report.files if f.status == "empty"]
+    if empty:
+        print(
+            f"hyde-lc: {len(empty)} file(s) had no text to index, so nothing is stored for "
+            f"them (see their notes): {_shown(', '.join(empty))}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -204,7 +235,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if llm is not None:
         start = time.perf_counter()
         answer = answer_from_documents(llm).invoke(
-            {"question": args.question, "documents": result.documents}
+            {"question": result.query, "documents": result.documents}
         )
         timings["answer_s"] = time.perf_counter() - start
     timings["total_s"] = time.perf_counter() - started
@@ -218,7 +249,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(
             {
-                "question": args.question,
+                "question": result.query,
+                "query_note": result.query_note,
                 "mode": result.mode,
                 "fallback": result.fallback,
                 "cache_hits": result.cache_hits,
@@ -245,18 +277,20 @@ def cmd_ask(args: argparse.Namespace) -> int:
         return 0
     width = 88
     print(
-        f"Question: {args.question}\nMode: {result.mode}"
+        f"Question: {_shown(result.query)}\nMode: {result.mode}"
         + (
             f"  (hypothesis model: {llm_model_name(retriever.hypothesis_llm)})"
             if retriever.hypothesis_llm
             else ""
         )
     )
+    if result.query_note:
+        print(f"Note: {result.query_note}")
     if result.fallback:
-        print(f"HyDE fell back to the plain query: {result.fallback}")
+        print(f"HyDE fell back to the plain query: {_shown(result.fallback)}")
     for i, hypothesis in enumerate(result.hypotheses, start=1):
         print(f"\n--- Hypothetical document {i} ---")
-        print(textwrap.fill(hypothesis, width))
+        print(textwrap.fill(_shown(hypothesis), width))
     print(
         "\n--- Retrieved windows ---" if args.window is not None else "\n--- Retrieved chunks ---"
     )
@@ -269,10 +303,10 @@ def cmd_ask(args: argparse.Namespace) -> int:
             else f"chunk {meta.get('chunk_index')}"
         )
         print(
-            f"[{i}] {citation(doc)}  ({where}"
+            f"[{i}] {_shown(citation(doc))}  ({where}"
             + (f", score {score:.3f})" if isinstance(score, float) else ")")
         )
-        preview = " ".join(doc.page_content.split())
+        preview = _shown(" ".join(doc.page_content.split()))
         print(
             textwrap.indent(
                 textwrap.fill(preview[:300] + ("..." if len(preview) > 300 else ""), width - 4),
@@ -281,10 +315,10 @@ def cmd_ask(args: argparse.Namespace) -> int:
         )
     if answer is not None:
         print(f"\n--- Answer ({models['answer_llm']}) ---")
-        print(textwrap.fill(answer, width, replace_whitespace=False))
+        print(textwrap.fill(_shown(answer), width, replace_whitespace=False))
         sources = cited_sources(answer, result.documents)
         if sources:
-            print("Sources: " + "; ".join(sources))
+            print("Sources: " + _shown("; ".join(sources)))
     print("\n--- Timings ---")
     print("  ".join(f"{k.removesuffix('_s')} {v:.2f} s" for k, v in timings.items()))
     return 0
@@ -336,8 +370,14 @@ def build_parser() -> argparse.ArgumentParser:
     ingest = sub.add_parser("ingest", help="ingest PDF, .txt and .md files into the collection")
     ingest.add_argument("paths", nargs="*", help="files or folders (folders recurse)")
     ingest.add_argument("--sample", action="store_true", help="ingest the bundled sample PDF")
-    ingest.add_argument("--chunk-size", type=int, default=1000)
-    ingest.add_argument("--chunk-overlap", type=int, default=200)
+    ingest.add_argument("--chunk-size", type=_positive_int, default=1000)
+    ingest.add_argument("--chunk-overlap", type=_non_negative_int, default=200)
+    ingest.add_argument(
+        "--max-file-mb",
+        type=_positive_float,
+        default=MAX_FILE_BYTES / 2**20,
+        help="refuse files larger than this many MB (default: %(default)g)",
+    )
     ingest.add_argument("--json", action="store_true", help="print one JSON record")
     _store_args(ingest)
     ingest.set_defaults(func=cmd_ingest)
@@ -350,7 +390,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="hyde",
         help="hyde (default) or standard (query embedding only)",
     )
-    ask.add_argument("--k", type=_positive_int, default=4, help="chunks to retrieve")
+    ask.add_argument(
+        "--k",
+        type=_positive_int,
+        default=4,
+        help="chunks to retrieve (a k above the collection's size returns them all)",
+    )
     ask.add_argument("--fusion", choices=FUSION_MODES, default="mean")
     ask.add_argument("--n-hypotheses", type=_positive_int, default=1)
     ask.add_argument("--prompt", choices=sorted(PROMPTS), default=DEFAULT_PROMPT)
@@ -418,18 +463,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", default="bench-results", help="folder for JSON, Markdown, PNG")
     bench.set_defaults(func=cmd_bench)
 
+    from hyde_lc.bench.commands import add_command as add_speed_command
     from hyde_lc.evaluation.commands import add_commands
 
-    add_commands(
-        sub,
-        _store_args,
-        {
-            "positive_int": _positive_int,
-            "positive_float": _positive_float,
-            "non_negative_int": _non_negative_int,
-            "unit_interval": _unit_interval,
-        },
-    )
+    numbers = {
+        "positive_int": _positive_int,
+        "positive_float": _positive_float,
+        "non_negative_int": _non_negative_int,
+        "unit_interval": _unit_interval,
+    }
+    add_speed_command(sub, numbers)
+    add_commands(sub, _store_args, numbers)
 
     info = sub.add_parser("info", help="facts about the collection")
     info.add_argument("--json", action="store_true")
@@ -468,7 +512,12 @@ def _unit_interval(text: str) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (2 for errors the user can fix)."""
+    """Run the CLI; returns the exit code.
+
+    0: done. 2: a mistake the user can fix (bad argument, missing file, unknown model,
+    ...), with a message saying what to do and nothing stored changed. 1: an unexpected
+    error, or work left undone (an ingested file with no text, a failed evaluation).
+    """
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
     # langchain-community's SQLiteCache warns about a future default on every lookup.
     warnings.filterwarnings("ignore", message="The default value of `allowed_objects`")
