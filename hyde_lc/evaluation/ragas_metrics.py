@@ -96,11 +96,15 @@ def score_records(
     judge_llm: BaseLanguageModel | None = None,
     judge_embeddings: Embeddings | None = None,
     show_progress: bool = False,
+    timeout: float | None = None,
 ) -> list[dict[str, float | None]]:
     """Per-record scores ``{metric: value or None}``, in the order of ``records``.
 
     ``metrics`` defaults to every offline metric, plus the judged ones when ``judge_llm``
     is given. A metric a record lacks the columns for scores ``None`` for that record.
+    ``timeout`` bounds one Ragas job (one metric on one record, several judge calls); by
+    default 180 s as in Ragas, and 1,800 s for a local judge, whose calls run one at a time
+    on the CPU (with Ragas' default, a 1.5B local judge timed out on every job).
     """
     chosen = list(metrics) if metrics is not None else [
         *OFFLINE_METRICS, *(JUDGED_METRICS if judge_llm is not None else ())
@@ -130,7 +134,8 @@ def score_records(
         if not rows:
             continue
         metric = _build(class_name, judge_llm, judge_embeddings)
-        result = _evaluate([to_ragas_sample(records[i]) for i in rows], metric, show_progress)
+        samples = [to_ragas_sample(records[i]) for i in rows]
+        result = _evaluate(samples, metric, show_progress, _run_config(judge_llm, timeout))
         for i, value in zip(rows, _scores_of(result), strict=True):
             scores[i][name] = value
     return scores
@@ -153,7 +158,20 @@ def _build(class_name: str, llm: BaseLanguageModel | None, embeddings: Embedding
     return metric
 
 
-def _evaluate(samples: list[dict[str, Any]], metric: Any, show_progress: bool) -> Any:
+def _run_config(judge_llm: BaseLanguageModel | None, timeout: float | None) -> Any:
+    """Ragas' run settings: a local judge gets one worker and a long timeout."""
+    from ragas.run_config import RunConfig
+
+    local = type(judge_llm).__name__ == "LocalChatModel"
+    chosen = timeout if timeout is not None else (1800.0 if local else 180.0)
+    return RunConfig(
+        timeout=int(chosen), max_workers=1 if local else 16, max_retries=2 if local else 10
+    )
+
+
+def _evaluate(
+    samples: list[dict[str, Any]], metric: Any, show_progress: bool, run_config: Any
+) -> Any:
     from ragas import EvaluationDataset, evaluate
 
     with warnings.catch_warnings():
@@ -162,6 +180,7 @@ def _evaluate(samples: list[dict[str, Any]], metric: Any, show_progress: bool) -
             EvaluationDataset.from_list(samples),
             metrics=[metric],
             show_progress=show_progress,
+            run_config=run_config,
             raise_exceptions=False,  # a judge's unparsable reply scores NaN (None), not a crash
         )
 
