@@ -9,6 +9,11 @@ Small models cite unreliably, so ``sources`` does not depend on it: it lists the
 the answer cites, or, when it cites none, every passage it was given; and nothing when
 the model said it lacks the information.
 
+Question and passages are data: they are filled into the prompt verbatim and never
+interpreted as template syntax. A question longer than
+`hyde_lc.retriever.MAX_QUERY_CHARS` is cut to that length for the prompt, as
+`HyDERetriever` cuts it for retrieval (noting it in ``metadata["hyde_query_truncated"]``).
+
 Example:
     >>> from hyde_lc import HyDERetriever, build_answer_chain, load_llm, open_store
     >>> retriever = HyDERetriever(vectorstore=open_store(),
@@ -30,6 +35,8 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable, RunnableLambda, RunnablePassthrough
+
+from hyde_lc.retriever import clip_query
 
 NOT_ENOUGH_INFORMATION = "I don't have enough information in the provided documents to answer."
 
@@ -87,7 +94,7 @@ def answer_from_documents(llm: BaseLanguageModel) -> Runnable[dict[str, Any], st
     """A runnable from ``{"question", "documents"}`` to the answer text."""
     to_prompt: Runnable[dict[str, Any], dict[str, Any]] = RunnableLambda(
         lambda inputs: {
-            "question": inputs["question"],
+            "question": clip_query(inputs["question"])[0],
             "context": format_context(inputs["documents"]),
         },
         name="format_context",

@@ -24,7 +24,6 @@ from typing import Any
 
 from hyde_lc.errors import HydeLcError
 from hyde_lc.fusion import FUSION_MODES
-from hyde_lc.ingest import MAX_FILE_BYTES
 from hyde_lc.prompts import DEFAULT_PROMPT, PROMPTS
 
 SAMPLE_QUESTION = "How did the Fresnel lens change lighthouses?"
@@ -79,8 +78,11 @@ _CONTROL = {c: f"\\x{c:02x}" for c in (*range(0, 9), *range(11, 32), 127, *range
 
 
 def _shown(text: str) -> str:
-    """Text for the terminal: control characters appear as ``\\xNN`` instead of acting
-    (a document or question cannot move the cursor, clear the screen or recolour it)."""
+    r"""Text for the terminal, with control characters shown as ``\xNN``.
+
+    A document or a question is data: it cannot move the cursor, clear the screen or
+    recolour the terminal. Newlines and tabs are kept.
+    """
     return text.translate(_CONTROL)
 
 
@@ -89,7 +91,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     Returns 1 (after ingesting the rest) when a file had no text to index.
     """
-    from hyde_lc.ingest import check_file_size, discover_files, ingest_paths
+    from hyde_lc.ingest import MAX_FILE_BYTES, check_file_size, discover_files, ingest_paths
 
     paths = list(args.paths) + (sample_files() if args.sample else [])
     if not paths:
@@ -99,7 +101,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             f"--chunk-overlap ({args.chunk_overlap}) must be smaller than --chunk-size "
             f"({args.chunk_size})"
         )
-    max_bytes = int(args.max_file_mb * 2**20)
+    max_bytes = MAX_FILE_BYTES if args.max_file_mb is None else int(args.max_file_mb * 2**20)
     # Paths are checked before the store is opened: a typo creates no store.
     for path in discover_files(paths):
         check_file_size(path, max_bytes)
@@ -375,8 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument(
         "--max-file-mb",
         type=_positive_float,
-        default=MAX_FILE_BYTES / 2**20,
-        help="refuse files larger than this many MB (default: %(default)g)",
+        help="refuse files larger than this many MB (default: 512)",
     )
     ingest.add_argument("--json", action="store_true", help="print one JSON record")
     _store_args(ingest)

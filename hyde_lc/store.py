@@ -18,7 +18,10 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,13 @@ from langchain_core.embeddings import Embeddings
 
 from hyde_lc.errors import EmbeddingMismatchError, StoreError
 from hyde_lc.models import embedding_model_id, load_embeddings
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no advisory file locks
+    fcntl = None  # type: ignore[assignment]
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_STORE_DIR = ".hyde_lc"
 DEFAULT_COLLECTION = "hyde_lc"
@@ -143,6 +153,39 @@ def check_embeddings(store: Chroma, embeddings: Embeddings, location: str = "") 
             f"Use --embeddings {built_with} (HYDE_LC_EMBEDDINGS={built_with}), or ingest "
             "into another collection (--collection NAME) to use the new model."
         )
+    else:
+        dimension = declared_dimension(embeddings)
+        if dimension is not None:
+            check_dimension(store, dimension, location)
+
+
+def declared_dimension(embeddings: Embeddings) -> int | None:
+    """The vector length an embeddings object states (``dimension``/``dimensions``), if any."""
+    for attr in ("dimension", "dimensions"):
+        value = getattr(embeddings, attr, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def check_dimension(store: Chroma, dimension: int, location: str = "") -> None:
+    """Refuse vectors of another length than the collection records (same model id).
+
+    Raises `EmbeddingMismatchError` before anything is searched or written; Chroma's own
+    error would come later and not say what to do.
+    """
+    collection = store._collection
+    metadata = collection.metadata or {}
+    recorded = metadata.get(META_DIMENSION)
+    if recorded is None or int(recorded) == dimension:
+        return
+    model = metadata.get(META_MODEL)
+    raise EmbeddingMismatchError(
+        f"{location or collection.name} holds {recorded}-dimensional vectors from "
+        f"{model!r}, but these embeddings give {dimension} dimensions (same model name, "
+        f"other settings?). Use the settings the collection was built with ({recorded} "
+        "dimensions), or ingest into another collection (--collection NAME)."
+    )
 
 
 def open_store(
@@ -213,3 +256,72 @@ def collection_info(store: Chroma) -> dict[str, Any]:
         "embedding_model": metadata.get(META_MODEL),
         "embedding_dimension": metadata.get(META_DIMENSION),
     }
+
+
+LOCK_FILE = "hyde_lc.lock"
+"""In an embedded store's folder: locked (``flock``) by whichever process is writing it."""
+
+
+def store_folder(store: Chroma) -> Path | None:
+    """The folder of an embedded (persistent) Chroma store; None for a server or in memory."""
+    try:
+        settings = store._client.get_settings()
+    except Exception:
+        return None
+    if not settings.is_persistent or not settings.persist_directory:
+        return None
+    return Path(settings.persist_directory)
+
+
+def refresh_store(store: Chroma) -> None:
+    """Reload this process's view of an embedded store from disk.
+
+    Embedded Chroma keeps each collection's vector index in memory, loaded once per
+    process: writes made by another process since then are invisible to this one's
+    searches (chroma-core/chroma#3792), and a write on top of such a stale index would
+    drop the other process's vectors from the index. `write_lock` calls this once it
+    holds the lock; a long-lived reader can call it to see what others ingested. Calls
+    already running finish on the old view. A no-op for a Chroma server.
+    """
+    if store_folder(store) is None:
+        return
+    from chromadb.api.rust import RustBindingsAPI
+
+    server = getattr(store._client, "_server", None)
+    if isinstance(server, RustBindingsAPI):
+        server.start()  # fresh bindings: the old ones go when their last call returns
+
+
+@contextmanager
+def write_lock(store: Chroma) -> Iterator[None]:
+    """Be the only writer of an embedded store while the block runs (processes and threads).
+
+    Embedded Chroma is not process-safe: two processes writing one folder at once
+    corrupt its vector index. So writers take an exclusive lock on ``hyde_lc.lock`` in
+    the folder, and anyone else waits for it; the operating system releases it when its
+    holder exits or is killed, so a crash never leaves it stuck. Once the lock is held,
+    the store is refreshed (`refresh_store`) so the write builds on what other
+    processes wrote. A Chroma server orders concurrent writes itself: no lock there.
+    """
+    folder = store_folder(store)
+    if folder is None or fcntl is None:
+        yield
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / LOCK_FILE).open("a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            logger.warning("%s is being written by %s; waiting for it to finish", folder, holder)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"process {os.getpid()}\n")
+            handle.flush()
+            refresh_store(store)
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -6,7 +6,7 @@ import pytest
 from hyde_lc.errors import EmbeddingMismatchError, IngestError, StoreError
 from hyde_lc.ingest import ingest_paths, load_document
 from hyde_lc.store import collection_info, iter_metadatas, open_store
-from tests.conftest import FakeEmbeddings, make_pdf
+from tests.conftest import SAMPLE_PDF, FakeEmbeddings, make_pdf
 
 PARAGRAPH = (
     "The keeper climbed the tower at dusk to light the lamp. {n} He wound the clockwork that "
@@ -159,8 +159,12 @@ def test_other_embedding_model_is_refused_and_store_untouched(tmp_path, docs, fa
             lambda d: (d / "broken.pdf").write_bytes(b"%PDF-1.4\n garbage") and d / "broken.pdf",
             "could not read",
         ),
+        (
+            lambda d: (d / "cut.pdf").write_bytes(SAMPLE_PDF.read_bytes()[:9000]) and d / "cut.pdf",
+            r"cut\.pdf: pypdf could not read this PDF .* damaged or truncated",
+        ),
     ],
-    ids=["missing", "not-a-pdf", "unsupported", "empty-folder", "corrupt-pdf"],
+    ids=["missing", "not-a-pdf", "unsupported", "empty-folder", "corrupt-pdf", "truncated-pdf"],
 )
 def test_bad_input_fails_before_anything_is_written(
     tmp_path, docs, fake_embeddings, setup, message
