@@ -332,8 +332,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     modes = [
         m
-        for m in default_modes(args.n, args.prompts, args.query_weights)
-        if m.n_hypotheses == 0 or m.name.split(" n=")[0].split(" w=")[0] in args.modes
+        for m in default_modes(args.n, args.prompts, args.query_weights, args.gates)
+        if m.kind in args.modes
     ]
     if "standard" not in args.modes:
         modes = [m for m in modes if m.n_hypotheses]
@@ -451,6 +451,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="W",
         help="also run mean+q and rrf with the query's share of the fusion set to W",
+    )
+    bench.add_argument(
+        "--gates",
+        type=_unit_interval,
+        nargs="+",
+        default=[],
+        metavar="T",
+        help="also run mean+q keeping only hypotheses with cosine >= T to the query",
     )
     bench.add_argument("--llm", help="hypothesis model spec ($HYDE_LC_HYPOTHESIS_LLM)")
     bench.add_argument("--embeddings", help="embedding model spec (default local:minilm)")

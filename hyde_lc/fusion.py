@@ -5,6 +5,7 @@
 * `concat_text`: query and hypotheses as one string, embedded once.
 * `reciprocal_rank_fusion`: separate searches fused by rank (Cormack et al. 2009),
   robust to one misleading hypothesis.
+* `similar_enough`: adaptive HyDE's gate, the hypotheses close enough to the query.
 
 Example:
     >>> fuse_mean([[1.0, 0.0], [0.0, 1.0]])
@@ -32,6 +33,29 @@ def fuse_mean(
         raise ValueError("fuse_mean needs at least one vector")
     matrix = np.asarray(vectors, dtype=np.float64)
     return np.average(matrix, axis=0, weights=weights).tolist()
+
+
+def similar_enough(
+    query: Sequence[float], hypotheses: Sequence[Sequence[float]], threshold: float
+) -> list[int]:
+    """Indexes of the hypotheses whose cosine similarity to the query is >= ``threshold``.
+
+    A small writer sometimes drifts off the question (another topic, a refusal in
+    disguise, repetition); such a passage lies far from the query in embedding space, and
+    averaging it in moves the search away from what was asked.
+
+    Example:
+        >>> similar_enough([1.0, 0.0], [[1.0, 0.1], [0.0, 1.0]], 0.5)
+        [0]
+
+    """
+    if not hypotheses:
+        return []
+    q = np.asarray(query, dtype=np.float64)
+    h = np.asarray(hypotheses, dtype=np.float64)
+    norms = np.linalg.norm(h, axis=1) * max(float(np.linalg.norm(q)), 1e-12)
+    cosines = (h @ q) / np.maximum(norms, 1e-12)
+    return [i for i, cos in enumerate(cosines) if cos >= threshold]
 
 
 def concat_text(query: str | None, hypotheses: Sequence[str]) -> str:

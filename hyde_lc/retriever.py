@@ -51,7 +51,13 @@ from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from hyde_lc.errors import InvalidQueryError, InvalidSettingError
-from hyde_lc.fusion import FUSION_MODES, concat_text, fuse_mean, reciprocal_rank_fusion
+from hyde_lc.fusion import (
+    FUSION_MODES,
+    concat_text,
+    fuse_mean,
+    reciprocal_rank_fusion,
+    similar_enough,
+)
 from hyde_lc.hypotheses import Hypotheses, awrite_hypotheses, write_hypotheses
 from hyde_lc.prompts import DEFAULT_PROMPT, get_prompt
 from hyde_lc.store import check_dimension, check_embeddings
@@ -109,6 +115,8 @@ class HyDEResult:
     """The vector(s) searched: one fused vector, or one per ranking for ``rrf``."""
     query_note: str | None = None
     """Set when the query was truncated: from how many characters to how many."""
+    hypotheses_dropped: int = 0
+    """Hypotheses left out by ``min_hypothesis_similarity`` (adaptive HyDE)."""
 
 
 class HyDERetriever(BaseRetriever):
@@ -164,6 +172,13 @@ class HyDERetriever(BaseRetriever):
     """Seconds to wait for the hypotheses before falling back to the plain query."""
     hypothesis_cache: BaseCache | None = None
     """Optional cache of hypotheses (e.g. ``SQLiteCache(path)``), keyed per sample."""
+    min_hypothesis_similarity: float | None = None
+    """Adaptive HyDE: hypotheses whose cosine similarity to the query is below this are
+    left out of the fusion (a small writer's off-topic passages); if none is left, the
+    query alone is searched (``metadata["hyde_fallback"]`` says so). Each Document
+    records how many were left out in ``metadata["hyde_hypotheses_dropped"]``. ``None``
+    (the default) keeps every hypothesis, as the paper does. Works with ``mean`` and
+    ``rrf``; see BENCHMARKS.md for what it measured on SciFact."""
     max_query_chars: int | None = MAX_QUERY_CHARS
     """Longer queries are cut to this many characters (noted in each Document's
     ``metadata["hyde_query_truncated"]``); None never cuts."""
@@ -222,6 +237,17 @@ class HyDERetriever(BaseRetriever):
                 raise ValueError(
                     "query_weight needs the query in a mean or rrf fusion: use fusion='mean' "
                     "or 'rrf' with include_query=True, or leave query_weight=None"
+                )
+        gate = self.min_hypothesis_similarity
+        if gate is not None:
+            if not -1 <= gate <= 1:
+                raise InvalidSettingError(
+                    f"min_hypothesis_similarity is a cosine similarity between -1 and 1, got {gate}"
+                )
+            if self.fusion == "concat":
+                raise InvalidSettingError(
+                    "min_hypothesis_similarity needs each hypothesis embedded on its own: use "
+                    "fusion='mean' or 'rrf', or leave min_hypothesis_similarity=None"
                 )
         if "k" in self.search_kwargs:  # the usual LangChain spelling: it sets the default k
             self.search_kwargs = dict(self.search_kwargs)
@@ -287,21 +313,34 @@ class HyDERetriever(BaseRetriever):
             cache=self.hypothesis_cache,
         )
 
-    def _embed_inputs(self, payload: dict[str, Any]) -> list[list[float]]:
-        """Embed what the fusion mode searches with (one vector per search)."""
+    def _embed_inputs(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Embed what the fusion mode searches with.
+
+        Returns ``vectors`` (one per search) and ``dropped``, the number of hypotheses
+        left out by ``min_hypothesis_similarity``.
+        """
         embeddings = self._embeddings()
         query, hypotheses = payload["query"], payload["hypotheses"]
         if not hypotheses:
-            return [embeddings.embed_query(query)]
+            return {"vectors": [embeddings.embed_query(query)], "dropped": 0}
         if self.fusion == "concat":
             text = concat_text(query if self.include_query else None, hypotheses)
-            return [embeddings.embed_query(text)]
+            return {"vectors": [embeddings.embed_query(text)], "dropped": 0}
         vectors = embeddings.embed_documents(hypotheses)
-        if self.include_query:
-            vectors = [embeddings.embed_query(query), *vectors]
+        gate = self.min_hypothesis_similarity
+        query_vector = embeddings.embed_query(query) if self.include_query or gate else None
+        dropped = 0
+        if gate is not None and query_vector is not None:
+            kept = similar_enough(query_vector, vectors, gate)
+            dropped = len(vectors) - len(kept)
+            vectors = [vectors[i] for i in kept]
+            if not vectors:
+                return {"vectors": [query_vector], "dropped": dropped}
+        if self.include_query and query_vector is not None:
+            vectors = [query_vector, *vectors]
         if self.fusion == "mean":
-            return [fuse_mean(vectors, self._fusion_weights(len(vectors)))]
-        return vectors
+            vectors = [fuse_mean(vectors, self._fusion_weights(len(vectors)))]
+        return {"vectors": vectors, "dropped": dropped}
 
     def _fusion_weights(self, count: int) -> list[float] | None:
         """Weights of [query, *hypotheses] by ``query_weight`` (None: all equal)."""
@@ -380,6 +419,8 @@ class HyDERetriever(BaseRetriever):
                 doc.metadata["hyde_fallback"] = result.fallback
             if result.query_note:
                 doc.metadata["hyde_query_truncated"] = result.query_note
+            if self.min_hypothesis_similarity is not None and result.hypotheses:
+                doc.metadata["hyde_hypotheses_dropped"] = result.hypotheses_dropped
         return result.documents
 
     def _prepare(self, query: str, kwargs: dict[str, Any]) -> tuple[str, str | None, int]:
@@ -402,16 +443,17 @@ class HyDERetriever(BaseRetriever):
         written = self.generate_hypotheses(query, run_manager) if self.n_hypotheses else None
         timings = {"hypothesis_s": time.perf_counter() - start}
         start = time.perf_counter()
-        vectors = RunnableLambda(self._embed_inputs, name="hyde.embed").invoke(
+        embedded = RunnableLambda(self._embed_inputs, name="hyde.embed").invoke(
             {"query": query, "hypotheses": written.texts if written else []},
             self._embed_config(run_manager),
         )
         timings["embedding_s"] = time.perf_counter() - start
+        vectors = embedded["vectors"]
         self._check_vectors(vectors)
         start = time.perf_counter()
         docs = self._search(vectors, k)
         timings["search_s"] = time.perf_counter() - start
-        return self._record(query, written, vectors, docs, timings, kwargs, note)
+        return self._record(query, written, embedded, docs, timings, kwargs, note)
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
@@ -422,19 +464,32 @@ class HyDERetriever(BaseRetriever):
         timings = {"hypothesis_s": time.perf_counter() - start}
         start = time.perf_counter()
 
-        async def aembed(payload: dict[str, Any]) -> list[list[float]]:
+        async def aembed(payload: dict[str, Any]) -> dict[str, Any]:
             return await run_in_executor(None, self._embed_inputs, payload)
 
-        vectors = await RunnableLambda(self._embed_inputs, afunc=aembed, name="hyde.embed").ainvoke(
+        embed = RunnableLambda(self._embed_inputs, afunc=aembed, name="hyde.embed")
+        embedded = await embed.ainvoke(
             {"query": query, "hypotheses": written.texts if written else []},
             self._embed_config(run_manager),
         )
         timings["embedding_s"] = time.perf_counter() - start
+        vectors = embedded["vectors"]
         self._check_vectors(vectors)
         start = time.perf_counter()
         docs = await run_in_executor(None, self._search, vectors, k)
         timings["search_s"] = time.perf_counter() - start
-        return self._record(query, written, vectors, docs, timings, kwargs, note)
+        return self._record(query, written, embedded, docs, timings, kwargs, note)
+
+    def _fallback(self, written: Hypotheses | None, dropped: int) -> str | None:
+        """Why the search used the query alone, if it did."""
+        if written is None:
+            return None
+        if written.fallback or not written.texts or dropped < len(written.texts):
+            return written.fallback
+        return (
+            f"no hypothesis reached min_hypothesis_similarity={self.min_hypothesis_similarity}"
+            " (cosine to the query): searched with the query alone"
+        )
 
     def _call_k(self, kwargs: dict[str, Any]) -> int:
         return _valid_k(kwargs.get("k", self.k))
@@ -447,7 +502,7 @@ class HyDERetriever(BaseRetriever):
         self,
         query: str,
         written: Hypotheses | None,
-        vectors: list[list[float]],
+        embedded: dict[str, Any],
         docs: list[Document],
         timings: dict[str, float],
         kwargs: dict[str, Any],
@@ -458,13 +513,14 @@ class HyDERetriever(BaseRetriever):
             hypotheses=written.texts if written else [],
             documents=docs,
             mode=self.mode,
-            fallback=written.fallback if written else None,
+            fallback=self._fallback(written, embedded["dropped"]),
             timings=timings,
             hypothesis_messages=written.messages if written else [],
             prompts=written.prompts if written else [],
             cache_hits=written.cache_hits if written else 0,
-            search_vectors=vectors,
+            search_vectors=embedded["vectors"],
             query_note=note,
+            hypotheses_dropped=embedded["dropped"],
         )
         holder = kwargs.get(_DETAILS_KEY)
         if isinstance(holder, list):

@@ -130,27 +130,38 @@ class BenchMode:
     include_query: bool = True
     prompt: str = "scifact"
     query_weight: float | None = None
+    min_similarity: float | None = None
+
+    @property
+    def kind(self) -> str:
+        """The fusion's label alone: ``standard``, ``mean+q``, ``mean (hyp only)``, ..."""
+        if self.n_hypotheses == 0:
+            return "standard"
+        return {"mean": "mean+q" if self.include_query else "mean (hyp only)"}.get(
+            self.fusion, self.fusion + ("" if self.include_query else " (hyp only)")
+        )
 
     @property
     def name(self) -> str:
-        """Short label, e.g. ``mean+q n=4 scifact`` or ``rrf w=0.7 n=4 scifact``."""
+        """Short label, e.g. ``mean+q n=4 scifact``, ``rrf w=0.7 gate=0.5 n=4 scifact``."""
         if self.n_hypotheses == 0:
             return "standard"
-        label = {"mean": "mean+q" if self.include_query else "mean (hyp only)"}.get(
-            self.fusion, self.fusion + ("" if self.include_query else " (hyp only)")
-        )
         weight = "" if self.query_weight is None else f" w={self.query_weight:g}"
-        return f"{label}{weight} n={self.n_hypotheses} {self.prompt}"
+        gate = "" if self.min_similarity is None else f" gate={self.min_similarity:g}"
+        return f"{self.kind}{weight}{gate} n={self.n_hypotheses} {self.prompt}"
 
 
 def default_modes(
     ns: Sequence[int] = (1, 4),
     prompts: Sequence[str] = ("scifact", "generic"),
     query_weights: Sequence[float] = (),
+    gates: Sequence[float] = (),
 ) -> list[BenchMode]:
     """Standard, then per prompt and n: mean with and without the query, concat, rrf.
 
-    Each of ``query_weights`` adds mean and rrf with that weight as the query's share.
+    Each of ``query_weights`` adds mean and rrf with that weight as the query's share;
+    each of ``gates`` adds mean+q (paper weighting and each query weight) keeping only
+    hypotheses at least that similar to the query (adaptive HyDE).
     """
     modes = [BenchMode()]
     for prompt in prompts:
@@ -165,6 +176,11 @@ def default_modes(
                 modes += [
                     BenchMode(n, "mean", True, prompt, weight),
                     BenchMode(n, "rrf", True, prompt, weight),
+                ]
+            for gate in gates:
+                modes += [
+                    BenchMode(n, "mean", True, prompt, weight, gate)
+                    for weight in (None, *query_weights)
                 ]
     return modes
 
@@ -298,6 +314,7 @@ async def _run_mode(
         fusion=mode.fusion,
         include_query=mode.include_query,
         query_weight=mode.query_weight,
+        min_hypothesis_similarity=mode.min_similarity,
         prompt=mode.prompt,
         hypothesis_cache=cache,
         rrf_candidates=DEPTH,

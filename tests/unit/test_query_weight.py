@@ -14,7 +14,7 @@ def test_weighted_mean_gives_the_query_its_share(store, fake_embeddings):  # noq
     retriever = HyDERetriever(
         vectorstore=store, hypothesis_llm=ScriptedChat(), n_hypotheses=2, query_weight=0.8
     )
-    (vector,) = retriever._embed_inputs({"query": "Q?", "hypotheses": hyps})
+    (vector,) = retriever._embed_inputs({"query": "Q?", "hypotheses": hyps})["vectors"]
     q = np.asarray(fake_embeddings.embed_query("Q?"))
     h = np.asarray(fake_embeddings.embed_documents(hyps))
     assert vector == pytest.approx((0.8 * q + 0.1 * h[0] + 0.1 * h[1]).tolist())

@@ -101,7 +101,7 @@ def test_mean_fusion_searches_the_mean_of_query_and_hypothesis_embeddings(store,
     assert sorted(result.hypotheses) == sorted(hyps)
     direct = store.similarity_search_by_vector(expected, k=3)
     assert _ids(result.documents) == _ids(direct)
-    assert retriever._embed_inputs({"query": query, "hypotheses": hyps}) == [
+    assert retriever._embed_inputs({"query": query, "hypotheses": hyps})["vectors"] == [
         pytest.approx(expected)
     ]
 
@@ -111,13 +111,13 @@ def test_include_query_false_uses_hypotheses_only(store, fake_embeddings):
     retriever = HyDERetriever(
         vectorstore=store, hypothesis_llm=ScriptedChat(replies=hyps), include_query=False
     )
-    vec = retriever._embed_inputs({"query": "anything", "hypotheses": hyps})
+    vec = retriever._embed_inputs({"query": "anything", "hypotheses": hyps})["vectors"]
     assert vec == [pytest.approx(fake_embeddings.embed_documents(hyps)[0])]
 
 
 def test_concat_embeds_query_and_hypotheses_as_one_text(store, fake_embeddings):
     retriever = HyDERetriever(vectorstore=store, hypothesis_llm=ScriptedChat(), fusion="concat")
-    vec = retriever._embed_inputs({"query": "Q?", "hypotheses": ["H1.", "H2."]})
+    vec = retriever._embed_inputs({"query": "Q?", "hypotheses": ["H1.", "H2."]})["vectors"]
     assert vec == [pytest.approx(fake_embeddings.embed_query("Q?\n\nH1.\n\nH2."))]
 
 
