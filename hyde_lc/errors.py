@@ -77,3 +77,7 @@ class ModelFileError(HydeLcError):
 
 class StoreError(HydeLcError):
     """The vector store could not be opened or is not a hyde_lc collection."""
+
+
+class StoreUnavailableError(StoreError):
+    """The Chroma server stopped answering in the middle of a run (stopped, crashed)."""

@@ -15,7 +15,9 @@ Bad input fails before anything is written, with an `IngestError` saying what to
 a missing path, a folder with no supported files, a file above ``max_file_bytes``, a
 ``.pdf`` that is not a PDF, a damaged or truncated PDF, a password-protected PDF, a
 binary file named ``.txt``. Files with no text (0 bytes, blank or scanned PDFs) are
-reported as ``empty`` with a note, and nothing is stored for them. Text files are read
+reported as ``empty`` with a note, and nothing is stored for them. A Chroma server that
+stops answering mid-run fails the call with a `StoreUnavailableError` naming the server;
+once it is back, ingesting the same files again completes the collection. Text files are read
 in blocks (UTF-8, UTF-16/32 with a byte-order mark, else Windows-1252 with a note), so
 reading holds about two copies of the text at most.
 
@@ -50,6 +52,7 @@ from hyde_lc.store import (
     check_embeddings,
     declared_dimension,
     iter_metadatas,
+    lost_server,
     write_lock,
 )
 
@@ -424,7 +427,15 @@ def _write_chunks(
             written.extend(c.id for c in part if c.id not in existing)
     except Exception as exc:
         if written:
-            store.delete(ids=written)
+            try:
+                store.delete(ids=written)
+            except Exception as undo:  # the store is gone (a stopped server, say)
+                raise IngestError(
+                    f"{chunks[0].metadata['source']}: writing its chunks failed "
+                    f"({type(exc).__name__}: {exc}), and so did undoing the partial write "
+                    f"({type(undo).__name__}). Fix the cause and ingest the file again: "
+                    "that completes it"
+                ) from exc
         raise IngestError(
             f"{chunks[0].metadata['source']}: writing its chunks failed "
             f"({type(exc).__name__}: {exc}); the partial write was undone and the collection "
@@ -461,8 +472,19 @@ def ingest_paths(
     split = [(doc, split_document(doc, model_id, chunk_size, chunk_overlap)) for doc in documents]
     # One writer per embedded collection at a time: another process (or thread) ingesting
     # into the same folder waits here, then sees what the first one wrote.
-    with write_lock(store):
-        return _write_documents(store, split, embeddings, batch_size, progress)
+    try:
+        with write_lock(store):
+            return _write_documents(store, split, embeddings, batch_size, progress)
+    except Exception as exc:
+        lost = lost_server(
+            store,
+            exc,
+            "ingest the same files again: documents already written are kept (nothing is "
+            "embedded twice) and the rest are completed, with no duplicate chunks",
+        )
+        if lost is not None:
+            raise lost from exc
+        raise
 
 
 def _write_documents(

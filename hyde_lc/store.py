@@ -30,7 +30,7 @@ from urllib.parse import urlparse
 from langchain_chroma import Chroma
 from langchain_core.embeddings import Embeddings
 
-from hyde_lc.errors import EmbeddingMismatchError, StoreError
+from hyde_lc.errors import EmbeddingMismatchError, StoreError, StoreUnavailableError
 from hyde_lc.models import embedding_model_id, load_embeddings
 
 try:
@@ -109,6 +109,63 @@ class StoreLocation:
         if self.path.exists() and not self.path.is_dir():
             raise StoreError(f"store location {self.path} is a file, not a folder")
         return chromadb.PersistentClient(path=str(self.path), settings=settings)
+
+
+def server_url(store: Chroma) -> str | None:
+    """The address of the Chroma server behind ``store``; None for an embedded store."""
+    try:
+        settings = store._client.get_settings()
+    except Exception:
+        return None
+    if settings.is_persistent or not settings.chroma_server_host:
+        return None
+    scheme = "https" if settings.chroma_server_ssl_enabled else "http"
+    return f"{scheme}://{settings.chroma_server_host}:{settings.chroma_server_http_port}"
+
+
+def lost_server(
+    store: Chroma, exc: BaseException, resume: str = "rerun the same command to resume"
+) -> StoreUnavailableError | None:
+    """The error to raise when ``exc`` means ``store``'s Chroma server can no longer be reached.
+
+    That is: somewhere in ``exc``'s chain (causes and contexts) a connection error of a
+    request to this store's server (refused, reset, cut mid-reply). None for anything
+    else, including connection errors to other hosts (a remote LLM's, say), so that
+    callers can keep treating those as the failure of one step. ``resume`` ends the
+    message: how the caller's work continues once the server is back.
+
+    Example:
+        >>> from hyde_lc import open_store
+        >>> store = open_store(url="http://127.0.0.1:8000")  # doctest: +SKIP
+        >>> try:
+        ...     store.similarity_search("lamps")  # the server was stopped meanwhile
+        ... except Exception as exc:
+        ...     raise (lost_server(store, exc) or exc) from exc  # doctest: +SKIP
+
+    """
+    import httpx
+
+    url = server_url(store)
+    if url is None:
+        return None
+    wanted = httpx.URL(url)
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, httpx.TransportError):
+            try:
+                target = current.request.url
+            except RuntimeError:  # no request attached: cannot tell whose it was
+                target = None
+            if target is not None and (target.host, target.port) == (wanted.host, wanted.port):
+                return StoreUnavailableError(
+                    f"lost the Chroma server at {url} ({type(current).__name__}: {current}). "
+                    f"Start it again on the same data folder (chroma run --path DIR "
+                    f"--host {wanted.host} --port {wanted.port}), then {resume}."
+                )
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def collection_exists(location: StoreLocation) -> bool:

@@ -8,8 +8,11 @@ with ``metadata.question_key`` (line number and a hash of the question).
 Resuming: records are appended and flushed one by one, so an interrupted run keeps
 everything it finished; running the same command again skips the questions already in
 the output and continues. A half-written last line (the process was killed mid-write) is
-dropped and redone. A question that fails (the LLM raises, the store is unreachable) is
+dropped and redone. A question that fails (the LLM raises, a search errs) is
 recorded with ``metadata.error`` and the run goes on; ``--retry-errors`` redoes those.
+A Chroma server that stops answering ends the run instead (`StoreUnavailableError`, naming
+the server): every later question would fail the same way. Start the server again and run
+the same command to continue.
 
 Example:
     >>> from hyde_lc.evaluation import EvaluationPipeline, evaluate_questions, read_questions
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from langchain_chroma import Chroma
 from tqdm.auto import tqdm
 
 from hyde_lc.errors import HydeLcError
@@ -178,6 +182,7 @@ def evaluate_questions(
                     reference_context_ids=question.reference_context_ids,
                 )
             except Exception as exc:  # recorded per question; the run goes on
+                _stop_if_server_lost(pipeline, exc, target)
                 record = _failure(question, pipeline, exc)
                 failed += 1
             record["metadata"]["question_key"] = question.key
@@ -191,6 +196,27 @@ def evaluate_questions(
     return RunSummary(
         total=len(questions), done=len(todo) - failed, skipped=len(done_keys), failed=failed
     )
+
+
+def _stop_if_server_lost(pipeline: EvaluationPipeline, exc: Exception, out: Path) -> None:
+    """Stop the run when the Chroma server is gone: every later question would fail too.
+
+    The question is not recorded, so the rerun that resumes the run asks it again.
+    """
+    from hyde_lc.store import lost_server
+
+    store = getattr(pipeline, "store", None)
+    if not isinstance(store, Chroma):
+        return
+    kept = len(read_records(out))
+    lost = lost_server(
+        store,
+        exc,
+        f"rerun the same command: it keeps the {kept} record{'' if kept == 1 else 's'} in "
+        f"{out} and continues with the questions not yet there",
+    )
+    if lost is not None:
+        raise lost from exc
 
 
 def _in_input_order(records: list[dict[str, Any]], questions: Sequence[Question]) -> list[dict]:
