@@ -171,8 +171,14 @@ def test_neighbours_come_from_one_query(corpus, monkeypatch):
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(type(store._collection), "get", spy)
-    expander(store, chunks, ("a.txt", 2), ("b.txt", 5), ("a.txt", 15), k=3).invoke("q")
-    assert len(calls) == 1 and "$or" in calls[0]
+    docs = expander(store, chunks, ("a.txt", 2), ("b.txt", 5), ("a.txt", 15), k=3).invoke("q")
+    assert len(calls) == 1
+    # The query fetches documents x indexes (a superset); each window keeps only its span.
+    spans = [
+        (d.metadata["file_name"], d.metadata["window_start"], d.metadata["window_end"])
+        for d in docs
+    ]
+    assert spans == [("a.txt", 1, 3), ("b.txt", 4, 6), ("a.txt", 14, 16)]
 
 
 async def test_k_per_call_and_async(corpus):
