@@ -200,6 +200,17 @@ class SpeedReport:
 # -- ingest -------------------------------------------------------------------------------
 
 
+def _corpus_files(corpus: dict[str, str], work: Path, embeddings: Any) -> tuple[Path, Any]:
+    """Write ``corpus`` as one text file per document; open an empty store beside it."""
+    from hyde_lc.store import open_store
+
+    folder = work / "docs"
+    folder.mkdir(parents=True)
+    for doc_id, text in corpus.items():
+        (folder / f"{doc_id}.txt").write_text(text, "utf-8")
+    return folder, open_store(work / "store", embeddings=embeddings)
+
+
 def ingest_speed(
     corpus: dict[str, str], work: Path, embeddings: Any, batch_size: int = 64
 ) -> tuple[dict[str, Any], Any]:
@@ -210,13 +221,9 @@ def ingest_speed(
     cache cannot flatter the ingest path. Returns the section and the ingested store.
     """
     from hyde_lc.ingest import ingest_paths
-    from hyde_lc.store import iter_metadatas, open_store
+    from hyde_lc.store import iter_metadatas
 
-    folder = work / "docs"
-    folder.mkdir(parents=True)
-    for doc_id, text in corpus.items():
-        (folder / f"{doc_id}.txt").write_text(text, "utf-8")
-    store = open_store(work / "store", embeddings=embeddings)
+    folder, store = _corpus_files(corpus, work, embeddings)
     embeddings.embed_documents(["warm up the model"] * 4)
     # Measure the floor on the same texts the ingest path splits out; we only know those
     # after splitting, so split first (cheap, and part of the timed ingest again below).
@@ -520,16 +527,14 @@ def run_speed(
 ) -> SpeedReport:
     """Run the chosen ``sections`` on the BEIR dataset in ``folder``; see the module doc.
 
-    ``query`` and ``concurrency`` search the collection ``ingest`` builds (the first
-    ``docs`` corpus documents), so they need it.
+    ``query`` and ``concurrency`` search a collection of the first ``docs`` corpus
+    documents: the one ``ingest`` builds, or, without that section, one ingested untimed.
     """
     from hyde_lc.models import load_embeddings
 
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
         raise ValueError(f"unknown sections {unknown}: choose from {', '.join(SECTIONS)}")
-    if {"query", "concurrency"} & set(sections) and "ingest" not in sections:
-        raise ValueError("the query and concurrency sections search the ingest's collection")
     started = time.perf_counter()
     data = load_beir(folder, split=split)
     embeddings = load_embeddings()
@@ -545,9 +550,14 @@ def run_speed(
     with tempfile.TemporaryDirectory(prefix="hyde-speed-", dir=work_dir) as tmp:
         work = Path(tmp)
         store = None
+        corpus = dict(list(sorted(data.corpus.items()))[:docs])
         if "ingest" in sections:
-            corpus = dict(list(sorted(data.corpus.items()))[:docs])
             report.sections["ingest"], store = ingest_speed(corpus, work, embeddings)
+        elif {"query", "concurrency"} & set(sections):
+            from hyde_lc.ingest import ingest_paths
+
+            folder, store = _corpus_files(corpus, work, embeddings)
+            ingest_paths([folder], store, progress=False)
         if "query" in sections:
             section, per_query = query_speed(
                 store, questions[:queries], llm_spec=llm_spec, window=window, k=k
