@@ -65,6 +65,12 @@ from hyde_lc.store import check_dimension, check_embeddings
 Fusion = Literal["mean", "concat", "rrf"]
 _DETAILS_KEY = "_hyde_details"
 
+DEFAULT_QUERY_WEIGHT = 0.8
+"""The query's share of the fusion by default, chosen on SciFact train and confirmed once
+on test with the default local writer (BENCHMARKS.md, "Making HyDE pay off"): the paper's
+equal weighting (``query_weight=None``) lets a small writer's hypothesis pull the search
+off the question."""
+
 MAX_QUERY_CHARS = 4000
 """Longest query used as-is: about 1,000 tokens of English, so the hypothesis prompt and
 the answer prompt (with four 1,000-character chunks) stay well inside a 4,096-token local
@@ -151,13 +157,15 @@ class HyDERetriever(BaseRetriever):
     """How query and hypotheses are combined: ``mean``, ``concat`` or ``rrf``."""
     include_query: bool = True
     """Whether the query itself takes part in the fusion (the paper: yes)."""
-    query_weight: float | None = None
+    query_weight: float | None = DEFAULT_QUERY_WEIGHT
     """The query's share of the fusion, between 0 and 1; the hypotheses share the rest.
 
+    The default, 0.8, measured best with small local writers (`DEFAULT_QUERY_WEIGHT`).
     ``None`` is the paper's equal weighting (1/(n+1) for ``mean``, equal rankings for
     ``rrf``). With ``mean`` this weights the vector average, which for unit vectors and
     cosine search ranks exactly as interpolating the query's and the hypotheses'
-    similarity scores would. Used with ``mean`` and ``rrf`` when ``include_query``."""
+    similarity scores would. Used with ``mean`` and ``rrf`` when ``include_query``; the
+    default does not apply to ``concat`` or to ``include_query=False``."""
     prompt: str | list[str] = DEFAULT_PROMPT
     """Prompt name or ``{question}`` template; a list gives hypotheses per prompt."""
     hypothesis_length: int | None = None
@@ -234,10 +242,13 @@ class HyDERetriever(BaseRetriever):
                     "(for 0 set include_query=False; for 1 set n_hypotheses=0)"
                 )
             if self.fusion == "concat" or not self.include_query:
-                raise ValueError(
-                    "query_weight needs the query in a mean or rrf fusion: use fusion='mean' "
-                    "or 'rrf' with include_query=True, or leave query_weight=None"
-                )
+                if "query_weight" in self.model_fields_set:
+                    raise ValueError(
+                        "query_weight needs the query in a mean or rrf fusion: use "
+                        "fusion='mean' or 'rrf' with include_query=True, or leave "
+                        "query_weight unset"
+                    )
+                self.query_weight = None  # the default applies where the query is fused
         gate = self.min_hypothesis_similarity
         if gate is not None:
             if not -1 <= gate <= 1:

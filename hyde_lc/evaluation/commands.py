@@ -30,9 +30,11 @@ def _pipeline_options(parser: argparse.ArgumentParser, numbers: dict[str, Any]) 
     )
     group.add_argument(
         "--query-weight",
-        type=numbers["unit_interval"],
+        type=_query_weight(numbers["unit_interval"]),
+        default="default",
         metavar="W",
-        help="the query's share of the mean or rrf fusion (default: the paper's 1/(n+1))",
+        help="the query's share of the mean or rrf fusion (default 0.8); 'paper' for the "
+        "paper's equal weighting, 1/(n+1)",
     )
     group.add_argument("--timeout", type=numbers["positive_float"], default=120.0)
     group.add_argument("--hypothesis-cache", metavar="FILE", help="SQLite hypothesis cache")
@@ -202,3 +204,15 @@ def add_commands(sub: Any, store_args: Any, numbers: dict[str, Any]) -> None:
     _pipeline_options(compare, numbers)
     store_args(compare)
     compare.set_defaults(func=cmd_compare)
+
+
+def _query_weight(unit_interval: Any) -> Any:
+    """An argparse type: ``paper`` (None: equal weighting), ``default`` or a number in (0, 1)."""
+
+    def parse(text: str) -> Any:
+        word = text.strip().lower()
+        if word in ("paper", "default"):
+            return None if word == "paper" else "default"
+        return unit_interval(text)
+
+    return parse

@@ -15,8 +15,9 @@
   ``answer_cost``, ``embedding_cost``, ``total_cost`` (``None`` as soon as one stage's price
   is unknown: never a made-up number); ``usage_source`` says how the LLM tokens were
   obtained, ``cost_source`` where every stage's price came from;
-- ``retrieval_method`` (``standard``, ``hyde`` for the paper's mean with the query,
-  ``hyde:rrf``, ``hyde:mean-hypotheses-only``, ... and ``+window=N`` with expansion), the
+- ``retrieval_method`` (``standard``, ``hyde`` for the default mean with the query at
+  weight 0.8, ``hyde(w=paper)`` for the paper's equal weighting, ``hyde:rrf``,
+  ``hyde:mean-hypotheses-only``, ... and ``+window=N`` with expansion), the
   models (``llm_hyde_model``, ``llm_answer_model``, ``hyde_provider``, ``answer_provider``,
   ``hyde_model_id``, ``answer_model_id``, ``embedding_model``), the
   ``hypothetical_documents`` and any ``fallback``.
@@ -60,7 +61,7 @@ from hyde_lc.evaluation.usage import (
 from hyde_lc.fusion import concat_text
 from hyde_lc.neighbors import NeighborExpandingRetriever
 from hyde_lc.prompts import DEFAULT_PROMPT
-from hyde_lc.retriever import HyDEResult, HyDERetriever
+from hyde_lc.retriever import DEFAULT_QUERY_WEIGHT, HyDEResult, HyDERetriever
 
 Mode = Literal["hyde", "standard"]
 RAGAS_KEYS = (
@@ -106,7 +107,7 @@ class EvaluationPipeline:
         n_hypotheses: int = 1,
         fusion: Literal["mean", "concat", "rrf"] = "mean",
         include_query: bool = True,
-        query_weight: float | None = None,
+        query_weight: float | Literal["default"] | None = "default",
         prompt: str | list[str] = DEFAULT_PROMPT,
         window: int = 0,
         retrieval_only: bool = False,
@@ -133,6 +134,10 @@ class EvaluationPipeline:
         )
         self.store = store if store is not None else open_store()
         try:
+            # Unset, the retriever's own default applies (and only where the query is fused).
+            weighting: dict[str, Any] = (
+                {} if query_weight == "default" else {"query_weight": query_weight}
+            )
             self.retriever = HyDERetriever(
                 vectorstore=self.store,
                 hypothesis_llm=self.hyde_llm,
@@ -140,7 +145,7 @@ class EvaluationPipeline:
                 n_hypotheses=n_hypotheses if hyde else 0,
                 fusion=fusion,
                 include_query=include_query,
-                query_weight=query_weight,
+                **weighting,
                 prompt=prompt,
                 timeout=timeout,
                 hypothesis_cache=hypothesis_cache,
@@ -158,7 +163,7 @@ class EvaluationPipeline:
 
     @property
     def retrieval_method(self) -> str:
-        """``standard``, ``hyde`` (the paper's mean with the query), or the variant used."""
+        """``standard``, ``hyde`` (the default: mean, query weight 0.8), or the variant."""
         r = self.retriever
         if r.n_hypotheses == 0:
             method = "standard"
@@ -166,7 +171,9 @@ class EvaluationPipeline:
             method = "hyde"
         else:
             method = f"hyde:{r.fusion}" + ("" if r.include_query else "-hypotheses-only")
-        if r.query_weight is not None:
+        if r.query_weight is None and r.include_query and r.fusion != "concat":
+            method += "(w=paper)"  # the paper's equal weighting, not the package default
+        elif r.query_weight is not None and r.query_weight != DEFAULT_QUERY_WEIGHT:
             method += f"(w={r.query_weight:g})"
         if r.n_hypotheses > 1:
             method += f"(n={r.n_hypotheses})"

@@ -68,3 +68,34 @@ def test_weighted_rrf_weighs_the_query_ranking(store, fake_embeddings):  # noqa:
 def test_bad_query_weights_are_refused_with_the_fix(store, options, message):  # noqa: F811
     with pytest.raises(ValidationError, match=message):
         HyDERetriever(vectorstore=store, hypothesis_llm=ScriptedChat(), **options)
+
+
+def test_default_weight_is_0_8_and_applies_only_where_the_query_is_fused(store, fake_embeddings):  # noqa: F811
+    from hyde_lc.retriever import DEFAULT_QUERY_WEIGHT
+
+    hyps = ["Fresnel lenses use prisms."]
+    retriever = HyDERetriever(vectorstore=store, hypothesis_llm=ScriptedChat())
+    assert retriever.query_weight == DEFAULT_QUERY_WEIGHT == 0.8
+    (vector,) = retriever._embed_inputs({"query": "Q?", "hypotheses": hyps})["vectors"]
+    q = np.asarray(fake_embeddings.embed_query("Q?"))
+    h = np.asarray(fake_embeddings.embed_documents(hyps)[0])
+    assert vector == pytest.approx((0.8 * q + 0.2 * h).tolist())
+    # concat and hypotheses-only have no query share: the default steps aside there
+    for options in ({"fusion": "concat"}, {"include_query": False}):
+        other = HyDERetriever(vectorstore=store, hypothesis_llm=ScriptedChat(), **options)
+        assert other.query_weight is None
+
+
+def test_retrieval_method_names_the_paper_weighting_apart_from_the_default(store):  # noqa: F811
+    from hyde_lc.evaluation import EvaluationPipeline
+
+    def method(**options):
+        return EvaluationPipeline(
+            store=store, custom_hyde_llm=ScriptedChat(), custom_answer_llm=ScriptedChat(),
+            **options,
+        ).retrieval_method  # fmt: skip
+
+    assert method() == "hyde"
+    assert method(query_weight=None) == "hyde(w=paper)"
+    assert method(query_weight=0.6) == "hyde(w=0.6)"
+    assert method(fusion="concat") == "hyde:concat"

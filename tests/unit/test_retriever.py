@@ -88,10 +88,14 @@ def _ids(docs):
     return [d.metadata["source"] for d in docs]
 
 
-def test_mean_fusion_searches_the_mean_of_query_and_hypothesis_embeddings(store, fake_embeddings):
+def test_paper_mean_searches_the_mean_of_query_and_hypothesis_embeddings(store, fake_embeddings):
     hyps = ["Fresnel lenses use prisms.", "Lenses focus the lamp."]
     retriever = HyDERetriever(
-        vectorstore=store, hypothesis_llm=ScriptedChat(replies=hyps), n_hypotheses=2, k=3
+        vectorstore=store,
+        hypothesis_llm=ScriptedChat(replies=hyps),
+        n_hypotheses=2,
+        k=3,
+        query_weight=None,  # the paper's equal weighting
     )
     query = "How do lighthouses focus light?"
     expected = fuse_mean(
@@ -130,6 +134,7 @@ def test_rrf_equals_rank_fusion_of_the_separate_searches(store, fake_embeddings)
         n_hypotheses=2,
         k=4,
         rrf_candidates=5,
+        query_weight=None,  # equal rankings
     )
     docs = retriever.invoke(TOPICS[0])
     vectors = [fake_embeddings.embed_query(TOPICS[0]), *fake_embeddings.embed_documents(hyps)]
