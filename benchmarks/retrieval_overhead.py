@@ -1,0 +1,74 @@
+"""Retrieval overhead outside the LLM, with an instant fake hypothesis writer.
+
+`hyde-lc speed` times the real pipeline, where llama.cpp runs in the same process: its
+threads keep a 2-core CPU busy just after each generation, which inflates the embedding
+and search that follow. This script isolates what the package itself costs around the
+LLM: the same `EvaluationPipeline` (HyDE, one hypothesis, retrieval only) over the first
+``--docs`` SciFact abstracts, with a fake writer that answers instantly, with and without
+neighbour expansion. ``retrieval_time`` is the record's wall time minus the hypothesis.
+
+    python benchmarks/retrieval_overhead.py ../shared/data/scifact --docs 2500 --queries 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+from hyde_lc import ingest_paths, load_embeddings, open_store
+from hyde_lc.bench.beir import load_beir
+from hyde_lc.evaluation import EvaluationPipeline
+
+HYPOTHESIS = (
+    "Tissue-resident macrophages arise from embryonic progenitors in the yolk sac and the "
+    "fetal liver and persist into adulthood by local self-renewal."
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("data", type=Path)
+    parser.add_argument("--docs", type=int, default=2500)
+    parser.add_argument("--queries", type=int, default=50)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+
+    data = load_beir(args.data)
+    work = Path(tempfile.mkdtemp(prefix="hyde-overhead-"))
+    (work / "docs").mkdir()
+    for doc_id, text in sorted(data.corpus.items())[: args.docs]:
+        (work / "docs" / f"{doc_id}.txt").write_text(text, "utf-8")
+    store = open_store(work / "store", embeddings=load_embeddings())
+    ingest_paths([work / "docs"], store, progress=False)
+    chunks = store._collection.count()
+    writer = FakeListChatModel(responses=[HYPOTHESIS])
+    questions = list(data.queries.values())[: args.queries + 1]
+    rows = []
+    for window in (0, 1):
+        pipeline = EvaluationPipeline(
+            store=store, custom_hyde_llm=writer, retrieval_only=True, window=window
+        )
+        pipeline.run(questions[0])  # warm-up
+        times = [1000 * pipeline.run(q)["metadata"]["retrieval_time"] for q in questions[1:]]
+        cuts = statistics.quantiles(times, n=20)
+        rows.append(
+            {
+                "window": window,
+                "p50_ms": round(statistics.median(times), 1),
+                "p95_ms": round(cuts[-1], 1),
+                "mean_ms": round(statistics.fmean(times), 1),
+            }
+        )
+        print(f"chunks {chunks}, window {window}: {rows[-1]}")
+    if args.out:
+        result = {"chunks": chunks, "queries": args.queries, "rows": rows}
+        args.out.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
