@@ -5,6 +5,10 @@ The pipeline, one step per method::
     question --prompt--> hypothesis LLM --N passages--> embed (query + passages)
              --fuse (mean | concat | rrf)--> vector store search --> Documents
 
+By default the mean weights the query 0.8 and the hypotheses share 0.2
+(`DEFAULT_QUERY_WEIGHT`, measured on SciFact with the local writers); ``query_weight=None``
+is the paper's equal weighting.
+
 ``n_hypotheses=0`` skips generation: plain dense retrieval with the query embedding,
 through the same code path (what ``--mode standard`` and the benchmarks compare with).
 If the hypothesis LLM fails (raises, times out, returns nothing or a refusal) the
