@@ -238,9 +238,9 @@ class NeighborExpandingRetriever(BaseRetriever):
     def _fetch(self, windows: list[Window]) -> dict[str, list[Document]]:
         """Every chunk the windows cover, in one Chroma query, by source, in order.
 
-        The query asks for the windows' documents and chunk indexes as two ``$in`` lists
-        (a small superset, filtered here): Chroma runs that 10-100x faster than an
-        ``$or`` of one range per window (measured in BENCHMARKS.md, "Query latency").
+        The query asks for the windows' documents and chunk indexes as two ``$in`` lists,
+        a small superset that `_assemble` narrows to each window: Chroma runs that 4-10x
+        faster than an ``$or`` of one range per window (BENCHMARKS.md, "Speed").
         """
         indexes = sorted({i for w in windows for i in range(w.start, w.end + 1)})
         if all(w.doc_id for w in windows):
@@ -250,22 +250,9 @@ class NeighborExpandingRetriever(BaseRetriever):
         where: Any = {"$and": [documents, {"chunk_index": {"$in": indexes}}]}
         assert self.vectorstore is not None
         got = self.vectorstore._collection.get(where=where, include=["documents", "metadatas"])
-        wanted = [(w.source, w.doc_id, w.start, w.end) for w in windows]
-        keep = []
-        for id_, text, meta in zip(
-            got["ids"], got["documents"] or [], got["metadatas"] or [], strict=True
-        ):
-            meta = meta or {}
-            index = int(meta.get("chunk_index", -1))  # type: ignore[arg-type]
-            if any(
-                meta.get("source") == source
-                and (doc_id is None or meta.get("doc_id") == doc_id)
-                and start <= index <= end
-                for source, doc_id, start, end in wanted
-            ):
-                keep.append((id_, text, meta))
         by_source: dict[str, list[Document]] = {}
-        for id_, text, meta in keep:
+        texts, metas = got["documents"] or [], got["metadatas"] or []
+        for id_, text, meta in zip(got["ids"], texts, metas, strict=True):
             doc = Document(page_content=text or "", metadata=dict(meta or {}), id=id_)
             by_source.setdefault(str(doc.metadata["source"]), []).append(doc)
         for chunks in by_source.values():
