@@ -343,7 +343,8 @@ class HyDERetriever(BaseRetriever):
             return {"vectors": [embeddings.embed_query(text)], "dropped": 0}
         vectors = embeddings.embed_documents(hypotheses)
         gate = self.min_hypothesis_similarity
-        query_vector = embeddings.embed_query(query) if self.include_query or gate else None
+        needs_query = self.include_query or gate is not None  # a gate of 0.0 is a gate too
+        query_vector = embeddings.embed_query(query) if needs_query else None
         dropped = 0
         if gate is not None and query_vector is not None:
             kept = similar_enough(query_vector, vectors, gate)
