@@ -32,6 +32,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.retrievers import BaseRetriever
 
 from hyde_lc import NeighborExpandingRetriever
+from hyde_lc.bench.speed import add_in_batches
 
 WINDOWS = 4
 LONG = 1000
@@ -66,15 +67,14 @@ def build(folder: str, chunks: int) -> tuple[Chroma, list[Document]]:
             }
             docs.append(Document(page_content="word " * 200, metadata=meta, id=f"{doc_id}-{index}"))
     vectors = np.random.default_rng(0).random((len(docs), 384), dtype=np.float32)
-    step = client.get_max_batch_size()
-    for start in range(0, len(docs), step):
-        part = docs[start : start + step]
-        collection.add(
-            ids=[str(d.id) for d in part],
-            embeddings=vectors[start : start + step],
-            metadatas=[d.metadata for d in part],
-            documents=[d.page_content for d in part],
-        )
+    add_in_batches(
+        collection,
+        client.get_max_batch_size(),
+        [str(d.id) for d in docs],
+        vectors,
+        [d.page_content for d in docs],
+        [d.metadata for d in docs],
+    )
     store = Chroma(
         client=client,
         collection_name="expansion",

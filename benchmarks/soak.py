@@ -47,7 +47,13 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from hyde_lc import HyDERetriever, open_store
-from hyde_lc.bench.speed import SimulatedRemoteChat, _near, clustered_vectors
+from hyde_lc.bench.speed import (
+    SimulatedRemoteChat,
+    _near,
+    add_in_batches,
+    clustered_vectors,
+    percentiles,
+)
 
 MODES = ("embedded", "server")
 MEMORY_BOUND_MB = 50.0
@@ -177,35 +183,28 @@ def build_collection(store: Any, vectors: np.ndarray, per_document: int = 50) ->
     Each vector becomes a chunk ``chunk <i>`` of a synthetic document of ``per_document``
     chunks, with the metadata hyde_lc's own chunks carry for neighbour lookups.
     """
-    collection = store._collection
-    batch = max(1, int(store._client.get_max_batch_size()))
-    start = time.perf_counter()
-    for first in range(0, len(vectors), batch):
-        ids = range(first, min(first + batch, len(vectors)))
-        collection.add(
-            ids=[f"c{i}" for i in ids],
-            embeddings=vectors[first : first + len(ids)],
-            documents=[f"chunk {i}" for i in ids],
-            metadatas=[
-                {
-                    "source": f"synthetic/{i // per_document}.txt",
-                    "chunk_index": i % per_document,
-                    "chunk_count": per_document,
-                    "start_index": 0,
-                }
-                for i in ids
-            ],
-        )
-    return time.perf_counter() - start
+    count = len(vectors)
+    return add_in_batches(
+        store._collection,
+        int(store._client.get_max_batch_size()),
+        [f"c{i}" for i in range(count)],
+        vectors,
+        [f"chunk {i}" for i in range(count)],
+        [
+            {
+                "source": f"synthetic/{i // per_document}.txt",
+                "chunk_index": i % per_document,
+                "chunk_count": per_document,
+                "start_index": 0,
+            }
+            for i in range(count)
+        ],
+    )
 
 
-def latency_stats(seconds: Sequence[float]) -> dict[str, float]:
-    """p50/p95/p99/mean/max of ``seconds``, in milliseconds."""
-    if not seconds:
-        return {}
-    ms = np.asarray(seconds, dtype=float) * 1000
-    out = {f"p{q}_ms": round(float(np.percentile(ms, q)), 2) for q in (50, 95, 99)}
-    return {**out, "mean_ms": round(float(ms.mean()), 2), "max_ms": round(float(ms.max()), 2)}
+def _latency(seconds: Sequence[float]) -> dict[str, float]:
+    """p50/p95/p99/mean/max in milliseconds (nothing for no retrievals)."""
+    return percentiles(seconds, qs=(50, 95, 99)) if seconds else {}
 
 
 class _Peak:
@@ -334,7 +333,7 @@ def soak_mode(
             "error_samples": errors[:10],
             "seconds": round(wall, 2),
             "retrievals_per_s": round(len(latencies) / wall, 1) if wall else 0.0,
-            "latency": latency_stats(latencies),
+            "latency": _latency(latencies),
             "memory_mb": memory,
             "memory_bound_mb": memory_bound_mb,
             "passed": not errors and not skipped and growth <= memory_bound_mb,
