@@ -1,12 +1,14 @@
-"""How fast can neighbour expansion fetch its windows from Chroma? Two filter shapes.
+"""How fast can neighbour expansion fetch its windows from Chroma? Three read shapes.
 
 `NeighborExpandingRetriever` fetches every chunk its windows cover in one Chroma ``get``.
 Written as an ``$or`` of one ``{doc, chunk_index range}`` clause per window, that query
 took most of the retrieval time outside the LLM (76 ms p50 at 5k chunks in `hyde-lc
-speed`); written as two ``$in`` lists (the windows' documents x their chunk indexes, a
-small superset filtered in Python) it is the shape the retriever now uses. This script
-times both filters, and the retriever end to end, on a collection shaped like SciFact
-(about two chunks per document) plus one 1,000-chunk document.
+speed`); two ``$in`` lists (the windows' documents x their chunk indexes, a small superset
+filtered in Python) are what the retriever still uses for collections ingested before
+chunk ids could be derived; reading the windows' chunks by id (`hyde_lc.ingest.chunk_id`)
+is what it uses now. This script times the three reads, and the retriever end to end with
+and without derivable ids, on a collection shaped like SciFact (about two chunks per
+document) plus one 1,000-chunk document.
 
     python benchmarks/expansion_fetch.py --chunks 5000 --repeats 50
 """
@@ -33,6 +35,7 @@ from langchain_core.retrievers import BaseRetriever
 
 from hyde_lc import NeighborExpandingRetriever
 from hyde_lc.bench.speed import add_in_batches
+from hyde_lc.ingest import chunk_id
 
 WINDOWS = 4
 LONG = 1000
@@ -43,11 +46,16 @@ class RandomHits(BaseRetriever):
 
     chunks: list[Document]
     hits: int = WINDOWS
+    older: bool = False
+    """Hits as from a collection ingested before chunk ids could be derived."""
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun
     ) -> list[Document]:
-        return [d.model_copy(deep=True) for d in random.sample(self.chunks, self.hits)]
+        hits = [d.model_copy(deep=True) for d in random.sample(self.chunks, self.hits)]
+        for hit in hits if self.older else []:
+            del hit.metadata["chunk_size"], hit.metadata["chunk_overlap"]
+        return hits
 
 
 def build(folder: str, chunks: int) -> tuple[Chroma, list[Document]]:
@@ -64,8 +72,11 @@ def build(folder: str, chunks: int) -> tuple[Chroma, list[Document]]:
                 "chunk_count": count,
                 "start_index": index * 800,
                 "gap_before": "",
+                "chunk_size": 1000,
+                "chunk_overlap": 200,
             }
-            docs.append(Document(page_content="word " * 200, metadata=meta, id=f"{doc_id}-{index}"))
+            id_ = chunk_id(str(meta["source"]), doc_id, 1000, 200, index)
+            docs.append(Document(page_content="word " * 200, metadata=meta, id=id_))
     vectors = np.random.default_rng(0).random((len(docs), 384), dtype=np.float32)
     add_in_batches(
         collection,
@@ -134,20 +145,35 @@ def main() -> None:
                 },
             ]
         }
-        expander = NeighborExpandingRetriever(
-            base_retriever=RandomHits(chunks=docs), vectorstore=store, window=1, k=WINDOWS
-        )
+        by_id = [chunk_id(s, d, 1000, 200, i) for s, d, a, b in spans for i in range(a, b + 1)]
+
+        expanders = {
+            older: NeighborExpandingRetriever(
+                base_retriever=RandomHits(chunks=docs, older=older),
+                vectorstore=store,
+                window=1,
+                k=WINDOWS,
+            )
+            for older in (True, False)
+        }
+
         result = {
             "chunks": len(docs),
             "repeats": args.repeats,
             "get, $or of ranges (before) ms": median_ms(
                 lambda: collection.get(where=or_of_ranges, include=include), args.repeats
             ),
-            "get, two $in lists (now) ms": median_ms(
+            "get, two $in lists (older collections) ms": median_ms(
                 lambda: collection.get(where=two_in_lists, include=include), args.repeats
             ),
-            "NeighborExpandingRetriever.invoke, 4 windows ms": median_ms(
-                lambda: expander.invoke("q"), args.repeats
+            "get by ids (now) ms": median_ms(
+                lambda: collection.get(ids=by_id, include=include), args.repeats
+            ),
+            "NeighborExpandingRetriever.invoke, 4 windows, older collection ms": median_ms(
+                lambda: expanders[True].invoke("q"), args.repeats
+            ),
+            "NeighborExpandingRetriever.invoke, 4 windows, by ids ms": median_ms(
+                lambda: expanders[False].invoke("q"), args.repeats
             ),
         }
     print(json.dumps(result, indent=1))

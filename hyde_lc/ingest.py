@@ -333,6 +333,12 @@ def load_document(path: Path, max_bytes: int | None = MAX_FILE_BYTES) -> LoadedD
     )
 
 
+def chunk_id(source: str, doc_id: str, chunk_size: int, chunk_overlap: int, index: int) -> str:
+    """The stable id of chunk ``index`` of one document version split one way."""
+    key = f"{source}\0{doc_id}\0{chunk_size}\0{chunk_overlap}\0{index}"
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+
+
 def split_document(
     doc: LoadedDocument,
     embedding_model: str,
@@ -360,10 +366,9 @@ def split_document(
         # neighbouring chunks be rebuilt exactly as the document reads.
         gap_before = doc.text[previous_end:start] if start > previous_end else ""
         previous_end = max(previous_end, start + len(piece.page_content))
-        key = f"{doc.source}\0{doc_id}\0{chunk_size}\0{chunk_overlap}\0{index}"
         chunks.append(
             Chunk(
-                id=hashlib.sha256(key.encode("utf-8")).hexdigest()[:32],
+                id=chunk_id(doc.source, doc_id, chunk_size, chunk_overlap, index),
                 text=piece.page_content,
                 metadata={
                     "source": doc.source,
@@ -375,6 +380,10 @@ def split_document(
                     "start_index": start,
                     "gap_before": gap_before,
                     "doc_id": doc_id,
+                    # With source, doc_id and chunk_index these give any chunk's id
+                    # (`chunk_id`): neighbour expansion fetches windows by id.
+                    "chunk_size": chunk_size,
+                    "chunk_overlap": chunk_overlap,
                     "embedding_model": embedding_model,
                 },
             )

@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
 from benchmarks.soak import CHROMA, free_port, start_chroma_server
 from hyde_lc import (
     HyDERetriever,
     NeighborExpandingRetriever,
+    cli,
     collection_info,
     ingest_paths,
     load_embeddings,
@@ -269,3 +271,27 @@ def test_ingest_stops_when_the_server_goes_away_and_a_rerun_completes(own_server
     }
     assert half_written(items) == []
     assert items == expected  # every chunk of every file, once
+
+
+class StopsServerThenWrites(FakeListChatModel):
+    """A hypothesis writer that stops the server while it writes (after the store opened)."""
+
+    server: Any = None
+
+    def _call(self, *args: Any, **kwargs: Any) -> str:
+        self.server.stop()
+        return super()._call(*args, **kwargs)
+
+
+def test_ask_names_a_server_lost_mid_question(own_server, embeddings, monkeypatch, capsys):
+    ingest_paths(
+        [SAMPLE_PDF], open_store(url=own_server.url, embeddings=embeddings), progress=False
+    )
+    writer = StopsServerThenWrites(responses=["Lamps burned whale oil."], server=own_server)
+    monkeypatch.setattr("hyde_lc.models.load_llm", lambda *args, **kwargs: writer)
+    code = cli.main(
+        ["ask", "How were lamps fuelled?", "--no-answer", "--chroma-url", own_server.url]
+    )
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"lost the Chroma server at {own_server.url}" in err and "then ask again" in err

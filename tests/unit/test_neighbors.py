@@ -161,24 +161,36 @@ def test_max_chars_keeps_the_hit_and_fits_the_budget(corpus):
     assert doc.metadata["window_end"] - doc.metadata["window_start"] < 6
 
 
-def test_neighbours_come_from_one_query(corpus, monkeypatch):
+@pytest.mark.parametrize("collection", ["current", "older"])
+def test_neighbours_come_from_one_read(corpus, monkeypatch, collection):
     store, chunks, _ = corpus
+    keys = [("a.txt", 2), ("b.txt", 5), ("a.txt", 15)]
+    found = hits(chunks, *keys)
+    if collection == "older":  # ingested before chunk_size/overlap were stored: no ids
+        for doc in found:
+            del doc.metadata["chunk_size"], doc.metadata["chunk_overlap"]
     calls = []
     original = type(store._collection).get
 
     def spy(self, *args, **kwargs):
-        calls.append(kwargs.get("where"))
+        calls.append(kwargs)
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(type(store._collection), "get", spy)
-    docs = expander(store, chunks, ("a.txt", 2), ("b.txt", 5), ("a.txt", 15), k=3).invoke("q")
+    base = FixedHits(hits=found)
+    docs = NeighborExpandingRetriever(base_retriever=base, vectorstore=store, k=3).invoke("q")
     assert len(calls) == 1
-    # The query fetches documents x indexes (a superset); each window keeps only its span.
+    if collection == "current":  # read by id: exactly the windows' chunks
+        assert "where" not in calls[0] and len(calls[0]["ids"]) == 9
+    else:  # documents x indexes (a superset); each window keeps only its span
+        assert "ids" not in calls[0] and calls[0]["where"]
     spans = [
         (d.metadata["file_name"], d.metadata["window_start"], d.metadata["window_end"])
         for d in docs
     ]
     assert spans == [("a.txt", 1, 3), ("b.txt", 4, 6), ("a.txt", 14, 16)]
+    expected = [chunks[("a.txt", 1)], chunks[("a.txt", 2)], chunks[("a.txt", 3)]]
+    assert docs[0].page_content == join_chunks(expected)
 
 
 async def test_k_per_call_and_async(corpus):
