@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from hyde_lc.errors import EmbeddingMismatchError, IngestError, StoreError
-from hyde_lc.ingest import ingest_paths, load_document
+from hyde_lc.ingest import chunk_id, ingest_paths, load_document
 from hyde_lc.store import collection_info, iter_metadatas, open_store
 from tests.conftest import SAMPLE_PDF, FakeEmbeddings, make_pdf
 
@@ -77,6 +77,12 @@ def test_chunks_carry_metadata_and_consecutive_indexes(tmp_path, docs, fake_embe
         assert len({m["doc_id"] for m in metas}) == 1
         assert {m["embedding_model"] for m in metas} == {"fake:hash-32"}
         assert all(m["file_name"] == name and m["page"] == 1 for m in metas)
+        # Each id derives from the metadata (neighbour expansion reads neighbours by id).
+        assert {m["chunk_size"] for m in metas} == {300} and {
+            m["chunk_overlap"] for m in metas
+        } == {60}
+        for id_, m in chunks.items():
+            assert id_ == chunk_id(m["source"], m["doc_id"], 300, 60, m["chunk_index"])
         starts = [m["start_index"] for m in metas]
         assert starts == sorted(starts)
     # start_index locates each chunk's text in the document text exactly.
