@@ -39,6 +39,7 @@ from hyde_lc.ingest import chunk_id
 
 WINDOWS = 4
 LONG = 1000
+CHUNK_SIZE, CHUNK_OVERLAP = 1000, 200
 
 
 class RandomHits(BaseRetriever):
@@ -72,10 +73,10 @@ def build(folder: str, chunks: int) -> tuple[Chroma, list[Document]]:
                 "chunk_count": count,
                 "start_index": index * 800,
                 "gap_before": "",
-                "chunk_size": 1000,
-                "chunk_overlap": 200,
+                "chunk_size": CHUNK_SIZE,
+                "chunk_overlap": CHUNK_OVERLAP,
             }
-            id_ = chunk_id(str(meta["source"]), doc_id, 1000, 200, index)
+            id_ = chunk_id(str(meta["source"]), doc_id, CHUNK_SIZE, CHUNK_OVERLAP, index)
             docs.append(Document(page_content="word " * 200, metadata=meta, id=id_))
     vectors = np.random.default_rng(0).random((len(docs), 384), dtype=np.float32)
     add_in_batches(
@@ -145,7 +146,11 @@ def main() -> None:
                 },
             ]
         }
-        by_id = [chunk_id(s, d, 1000, 200, i) for s, d, a, b in spans for i in range(a, b + 1)]
+        by_id = [
+            chunk_id(s, d, CHUNK_SIZE, CHUNK_OVERLAP, i)
+            for s, d, a, b in spans
+            for i in range(a, b + 1)
+        ]
 
         expanders = {
             older: NeighborExpandingRetriever(

@@ -216,7 +216,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     """``hyde-lc ask``: hypotheses, retrieved chunks, answer and timings."""
     from hyde_lc.answer import answer_from_documents, citation, cited_sources
     from hyde_lc.models import llm_model_name, load_llm, resolve_llm_spec
-    from hyde_lc.store import lost_server
+    from hyde_lc.store import server_lost_as_error
 
     if not args.question.strip():
         raise HydeLcError(
@@ -229,16 +229,11 @@ def cmd_ask(args: argparse.Namespace) -> int:
     llm = None if args.no_answer else load_llm(args.answer_llm, role="answer")
     store = _open(args, must_exist=True)
     retriever = _build_retriever(args, store, writer)
-    try:
+    with server_lost_as_error(store, "ask again"):  # it may stop after the store opened
         if args.window is None:
             result = retriever.retrieve_with_details(args.question)
         else:
             result = _expanded(args, store, retriever)
-    except Exception as exc:  # a server that stopped after the store was opened
-        lost = lost_server(store, exc, "ask again")
-        if lost is None:
-            raise
-        raise lost from exc
     timings = dict(result.timings)
     answer = None
     if llm is not None:

@@ -52,7 +52,7 @@ from hyde_lc.store import (
     check_embeddings,
     declared_dimension,
     iter_metadatas,
-    lost_server,
+    server_lost_as_error,
     write_lock,
 )
 
@@ -481,19 +481,12 @@ def ingest_paths(
     split = [(doc, split_document(doc, model_id, chunk_size, chunk_overlap)) for doc in documents]
     # One writer per embedded collection at a time: another process (or thread) ingesting
     # into the same folder waits here, then sees what the first one wrote.
-    try:
-        with write_lock(store):
-            return _write_documents(store, split, embeddings, batch_size, progress)
-    except Exception as exc:
-        lost = lost_server(
-            store,
-            exc,
-            "ingest the same files again: documents already written are kept (nothing is "
-            "embedded twice) and the rest are completed, with no duplicate chunks",
-        )
-        if lost is not None:
-            raise lost from exc
-        raise
+    resume = (
+        "ingest the same files again: documents already written are kept (nothing is "
+        "embedded twice) and the rest are completed, with no duplicate chunks"
+    )
+    with server_lost_as_error(store, resume), write_lock(store):
+        return _write_documents(store, split, embeddings, batch_size, progress)
 
 
 def _write_documents(

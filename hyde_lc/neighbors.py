@@ -259,7 +259,7 @@ class NeighborExpandingRetriever(BaseRetriever):
         """Every chunk the windows cover, in one Chroma read, by source, in order.
 
         Chunks ingested by this version carry what their ids derive from (`chunk_id`), so
-        the windows are read by id: a key lookup, about 10x faster than a metadata filter
+        the windows are read by id: a key lookup, about 5x faster than a metadata filter
         (BENCHMARKS.md, "Speed"). Older collections are read with the windows' documents
         and chunk indexes as two ``$in`` lists, a small superset that `_assemble` narrows
         to each window (4-10x faster in Chroma than an ``$or`` of one range per window).

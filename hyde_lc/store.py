@@ -168,6 +168,21 @@ def lost_server(
     return None
 
 
+@contextmanager
+def server_lost_as_error(store: Chroma, resume: str) -> Iterator[None]:
+    """Run the block; a lost connection to ``store``'s server becomes `lost_server`'s error.
+
+    Every other failure passes through unchanged.
+    """
+    try:
+        yield
+    except Exception as exc:
+        lost = lost_server(store, exc, resume)
+        if lost is None:
+            raise
+        raise lost from exc
+
+
 def collection_exists(location: StoreLocation) -> bool:
     """Whether the collection exists, without creating the store or the collection."""
     if location.path is not None and not location.path.exists():
