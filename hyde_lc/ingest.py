@@ -1,25 +1,35 @@
 """Ingestion: PDF, text and Markdown files -> chunks with stable ids -> Chroma.
 
-Each file becomes one *document*: its pages' text joined with blank lines (pages with
-almost no text, such as scans or blank pages, are skipped and reported). The document
-is split with LangChain's recursive character splitter, so chunks may cross pages;
-every chunk records where it starts in the document text (``start_index``), the
-whitespace the splitter dropped before it (``gap_before``), the pages it spans, and its
-position (``chunk_index``, consecutive from 0).
+Each file becomes one *document* (`hyde_lc.documents`). The document is split with
+LangChain's recursive character splitter, so chunks may cross pages; every chunk
+records where it starts in the document text (``start_index``), the whitespace the
+splitter dropped before it (``gap_before``), the pages it spans, its position
+(``chunk_index``, consecutive from 0, of ``chunk_count``) and its version
+(``doc_version``: file, content and chunking).
 
 Ids are derived from content: ingesting an unchanged file again changes nothing (and
-embeds nothing); a changed file's new chunks are written first and its old chunks
+embeds nothing); a changed file's new version is written first and its old chunks
 removed after, so the collection never loses a document that was already searchable.
 
-Bad input fails before anything is written, with an `IngestError` saying what to do:
-a missing path, a folder with no supported files, a file above ``max_file_bytes``, a
-``.pdf`` that is not a PDF, a damaged or truncated PDF, a password-protected PDF, a
-binary file named ``.txt``. Files with no text (0 bytes, blank or scanned PDFs) are
-reported as ``empty`` with a note, and nothing is stored for them. A Chroma server that
-stops answering mid-run fails the call with a `StoreUnavailableError` naming the server;
-once it is back, ingesting the same files again completes the collection. Text files are read
-in blocks (UTF-8, UTF-16/32 with a byte-order mark, else Windows-1252 with a note), so
-reading holds about two copies of the text at most.
+Searches never see part of a document. A document of up to one Chroma write (5,461
+chunks embedded, about 4 MB of text at the default chunk size) is written in one call,
+so whole or not at all. A larger one is written in several calls while marked pending
+(`hyde_lc.store.visible_where`): searches see its previous version, if any, until the
+new one is complete, then the new one only. Each call is a checkpoint: after a kill or
+a failure, ingesting the same file again embeds only the chunks not yet written.
+
+Memory stays bounded whatever the file size: files are checked and hashed in a first
+pass, then read, split and written one segment (a few MB of text) and one write at a
+time. Bad input fails before anything is written, with an `IngestError` saying what to
+do: a missing path, a folder with no supported files, a file above ``max_file_bytes``,
+a pipe, device or socket given as a file, a ``.pdf`` that is not a PDF, a damaged or
+password-protected PDF, a binary file named ``.txt``. Inside folders, unreadable
+sub-folders and files and things that are not regular files are passed over and
+reported (status ``skipped``). Files with no text (0 bytes, blank or scanned PDFs) are
+reported as ``empty`` with a note, and nothing is stored for them. Nothing is created
+(store folder, collection) until something is written. A Chroma server that stops
+answering mid-run fails the call with a `StoreUnavailableError` naming the server; once
+it is back, ingesting the same files again completes the collection.
 
 Example:
     >>> from hyde_lc import ingest_paths, open_store
@@ -30,75 +40,88 @@ Example:
 
 from __future__ import annotations
 
-import bisect
-import codecs
 import hashlib
 import logging
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 from langchain_chroma import Chroma
 from langchain_core.embeddings import Embeddings
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 from tqdm.auto import tqdm
 
+from hyde_lc.documents import (
+    MAX_FILE_BYTES,
+    MIN_PAGE_CHARS,
+    PAGE_SEPARATOR,
+    SEGMENT_CHARS,
+    SUPPORTED_SUFFIXES,
+    LoadedDocument,
+    Skipped,
+    TextSource,
+    check_file_size,
+    discover_files,
+    find_files,
+    iter_segments,
+    load_document,
+    scan_file,
+)
 from hyde_lc.errors import IngestError
 from hyde_lc.models import embedding_model_id
 from hyde_lc.store import (
-    check_dimension,
+    DOC_VERSION,
     check_embeddings,
-    declared_dimension,
-    iter_metadatas,
+    delete_ids,
+    delete_where,
+    embedding_dimension,
+    ensure_writable,
+    has_collection,
+    has_records,
+    iter_pages,
+    max_write,
+    pending_versions,
+    prepare_write,
+    present_ids,
     server_lost_as_error,
+    set_pending,
     write_lock,
+    write_records,
 )
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_SUFFIXES = (".pdf", ".txt", ".md")
-MIN_PAGE_CHARS = 20
-"""Pages with fewer non-blank characters than this are skipped (scans, blank pages)."""
-PAGE_SEPARATOR = "\n\n"
+__all__ = [
+    "DEFAULT_CHUNK_OVERLAP",
+    "DEFAULT_CHUNK_SIZE",
+    "MAX_FILE_BYTES",
+    "MIN_PAGE_CHARS",
+    "PAGE_SEPARATOR",
+    "SEGMENT_CHARS",
+    "SUPPORTED_SUFFIXES",
+    "Chunk",
+    "FileResult",
+    "IngestReport",
+    "LoadedDocument",
+    "check_file_size",
+    "chunk_id",
+    "discover_files",
+    "doc_version",
+    "ingest_paths",
+    "iter_chunks",
+    "load_document",
+    "split_document",
+]
+
 DEFAULT_CHUNK_SIZE = 1000
 DEFAULT_CHUNK_OVERLAP = 200
-MAX_FILE_BYTES = 512 * 1024 * 1024
-"""Files larger than this are refused before reading (ingesting one holds several copies
-of its text in memory); ``ingest_paths(max_file_bytes=...)`` / ``--max-file-mb`` change it."""
-_READ_BLOCK = 1024 * 1024
-_HEAD_BYTES = 8192
-_NON_BLANK = re.compile(r"\S+")
-_BINARY_BYTES = [bytes([b]) for b in (*range(0, 8), *range(14, 27), *range(28, 32))]
-"""Control bytes that text files do not use (backspace, tab, newlines, form feed and
-escape are left out)."""
-_BOMS = (
-    (codecs.BOM_UTF32_LE, "utf-32"),
-    (codecs.BOM_UTF32_BE, "utf-32"),
-    (codecs.BOM_UTF16_LE, "utf-16"),
-    (codecs.BOM_UTF16_BE, "utf-16"),
-)
+_KEEP_CHARS = 16 * 1024 * 1024
+"""Text kept in memory from the first pass, over all files of one call (short files and
+PDFs, whose parsing is slow); the rest is read again from disk."""
 
-
-@dataclass
-class LoadedDocument:
-    """One file's text, with the document offset where each kept page starts."""
-
-    source: str
-    text: str
-    page_starts: list[int]
-    page_numbers: list[int]
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def doc_id(self) -> str:
-        """Content-derived id: the same text always gives the same id."""
-        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()[:20]
-
-    def page_at(self, offset: int) -> int:
-        """The 1-based page number that holds character ``offset``."""
-        return self.page_numbers[max(0, bisect.bisect_right(self.page_starts, offset) - 1)]
+Status = Literal["added", "replaced", "unchanged", "empty", "skipped"]
 
 
 @dataclass
@@ -112,12 +135,14 @@ class Chunk:
 
 @dataclass
 class FileResult:
-    """What ingestion did with one file."""
+    """What ingestion did with one file (or a folder it passed over: ``skipped``)."""
 
     source: str
-    status: Literal["added", "replaced", "unchanged", "empty"]
+    status: Status
     chunks: int
     notes: list[str]
+    embedded: int = 0
+    """Chunks embedded by this call (the rest were already in the collection)."""
 
 
 @dataclass
@@ -135,208 +160,95 @@ class IngestReport:
         return "\n".join(lines)
 
 
-def discover_files(paths: Iterable[str | Path]) -> list[Path]:
-    """Expand files and folders (recursively) into the supported files, sorted."""
-    found: list[Path] = []
-    for raw in paths:
-        path = Path(raw).expanduser()
-        if not path.exists():
-            raise IngestError(f"no such file or folder: {path}")
-        if path.is_dir():
-            inside = sorted(
-                p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUPPORTED_SUFFIXES
-            )
-            if not inside:
-                raise IngestError(
-                    f"folder {path} contains no supported files ({', '.join(SUPPORTED_SUFFIXES)})"
-                )
-            found.extend(inside)
-        elif path.suffix.lower() in SUPPORTED_SUFFIXES:
-            found.append(path)
-        else:
-            raise IngestError(
-                f"{path}: unsupported file type {path.suffix or '(none)'}; "
-                f"hyde_lc ingests {', '.join(SUPPORTED_SUFFIXES)}"
-            )
-    return list(dict.fromkeys(p.resolve() for p in found))
-
-
-def check_file_size(path: Path, max_bytes: int | None = MAX_FILE_BYTES) -> None:
-    """Refuse a file larger than ``max_bytes`` (None: no limit) before reading it."""
-    if max_bytes is None:
-        return
-    try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise IngestError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    if size > max_bytes:
-        raise IngestError(
-            f"{path} is {size / 2**20:,.1f} MB, above the {max_bytes / 2**20:,.1f} MB limit "
-            "for one file (ingesting holds several copies of its text in memory). Split it "
-            "into smaller files, or raise the limit (--max-file-mb, or max_file_bytes=...) "
-            "if this machine has the memory"
-        )
-
-
-def _read_head(path: Path) -> bytes:
-    try:
-        with path.open("rb") as fh:
-            return fh.read(_HEAD_BYTES)
-    except OSError as exc:
-        raise IngestError(
-            f"cannot read {path}: {exc.strerror or exc}; check that it is a readable file"
-        ) from exc
-
-
-def _decode(path: Path, encoding: str, errors: str) -> str:
-    """The file's text, decoded block by block (no whole-file bytes copy)."""
-    decoder = codecs.getincrementaldecoder(encoding)(errors)
-    parts: list[str] = []
-    try:
-        with path.open("rb") as fh:
-            while block := fh.read(_READ_BLOCK):
-                parts.append(decoder.decode(block))
-    except OSError as exc:
-        raise IngestError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    parts.append(decoder.decode(b"", final=True))
-    return "".join(parts)
-
-
-def _pdf_pages(path: Path, notes: list[str]) -> list[tuple[int, str]]:
-    from langchain_community.document_loaders import PyPDFLoader
-    from pypdf.errors import DependencyError, FileNotDecryptedError
-
-    head = _read_head(path)
-    if not head:
-        notes.append("empty file (0 bytes)")
-        return []
-    if b"%PDF-" not in head[:1024]:
-        raise IngestError(f"{path} is named .pdf but is not a PDF file (no %PDF header)")
-    decrypt = (
-        f"Decrypt it first, e.g. `qpdf --decrypt --password=PASSWORD {path} decrypted.pdf`, "
-        "and ingest the decrypted copy"
-    )
-    try:
-        pages = PyPDFLoader(str(path), mode="page").load()
-    except FileNotDecryptedError as exc:
-        raise IngestError(
-            f"{path} is encrypted with a password, so its text cannot be read. {decrypt}"
-        ) from exc
-    except DependencyError as exc:
-        raise IngestError(
-            f"{path} is encrypted (AES), which pypdf reads only with the `cryptography` "
-            f"package ({exc}): pip install cryptography, or {decrypt[0].lower()}{decrypt[1:]}"
-        ) from exc
-    except Exception as exc:
-        raise IngestError(
-            f"{path}: pypdf could not read this PDF ({exc}); it is damaged or truncated (an "
-            "interrupted download or copy?). Re-download or re-export it, or leave it out"
-        ) from exc
-    return [
-        (int(page.metadata.get("page", i)) + 1, page.page_content) for i, page in enumerate(pages)
-    ]
-
-
-def _text_pages(path: Path, notes: list[str]) -> list[tuple[int, str]]:
-    head = _read_head(path)
-    if not head:
-        notes.append("empty file (0 bytes)")
-        return []
-    encoding = next((enc for bom, enc in _BOMS if head.startswith(bom)), None)
-    if encoding is not None:
-        try:
-            text = _decode(path, encoding, "strict")
-        except UnicodeDecodeError as exc:
-            raise IngestError(
-                f"{path} starts with a {encoding.upper()} byte-order mark but is not valid "
-                f"{encoding.upper()} ({exc.reason}); convert it to UTF-8 and ingest that"
-            ) from exc
-        notes.append(f"read as {encoding.upper()} (it starts with a byte-order mark)")
-        return [(1, text)]
-    if _looks_binary(head):
-        raise IngestError(
-            f"{path} is named {path.suffix} but does not look like text (NUL and other "
-            "control bytes, as in binary files). Leave it out; if it is UTF-16 text without "
-            "a byte-order mark, convert it first: iconv -f UTF-16LE -t UTF-8"
-        )
-    try:
-        text = _decode(path, "utf-8-sig", "strict")
-    except UnicodeDecodeError:
-        text = _decode(path, "cp1252", "replace")
-        notes.append("not valid UTF-8; read as Windows-1252")
-    return [(1, text)]
-
-
-def _looks_binary(head: bytes) -> bool:
-    """Whether a file's first bytes look binary (or like UTF-16 without a byte-order mark).
-
-    That is: NUL bytes, with control bytes that text does not use making up 5% or more
-    of the start. A text file with a stray NUL or many escape sequences reads as text.
-    """
-    if b"\x00" not in head:
-        return False
-    controls = sum(head.count(byte) for byte in _BINARY_BYTES)
-    return controls >= 0.05 * len(head)
-
-
-def _has_text(text: str) -> bool:
-    """Whether ``text`` holds at least `MIN_PAGE_CHARS` non-blank characters (no copy)."""
-    count = 0
-    for match in _NON_BLANK.finditer(text):
-        count += match.end() - match.start()
-        if count >= MIN_PAGE_CHARS:
-            return True
-    return False
-
-
-def load_document(path: Path, max_bytes: int | None = MAX_FILE_BYTES) -> LoadedDocument:
-    """Read one file into a `LoadedDocument` (pages with almost no text skipped).
-
-    Raises `IngestError` for a file that cannot be read as what its name says; a file
-    with no text gives an empty document whose ``notes`` say why.
-    """
-    path = Path(path)
-    check_file_size(path, max_bytes)
-    notes: list[str] = []
-    is_pdf = path.suffix.lower() == ".pdf"
-    pages = _pdf_pages(path, notes) if is_pdf else _text_pages(path, notes)
-    text_parts: list[str] = []
-    starts: list[int] = []
-    numbers: list[int] = []
-    offset = 0
-    for number, page_text in pages:
-        if not _has_text(page_text):
-            if is_pdf:
-                notes.append(f"page {number} skipped: no extractable text (blank or scanned)")
-            else:
-                notes.append(
-                    f"too little text to index (under {MIN_PAGE_CHARS} non-blank characters)"
-                )
-            continue
-        if text_parts:
-            offset += len(PAGE_SEPARATOR)
-        starts.append(offset)
-        numbers.append(number)
-        text_parts.append(page_text)
-        offset += len(page_text)
-    if is_pdf and pages and not text_parts:
-        notes.append(
-            "no page has extractable text: if it is a scan, run OCR on it first "
-            "(e.g. ocrmypdf in.pdf out.pdf) and ingest the result"
-        )
-    return LoadedDocument(
-        source=str(path),
-        text=PAGE_SEPARATOR.join(text_parts),
-        page_starts=starts,
-        page_numbers=numbers,
-        notes=notes,
-    )
-
-
 def chunk_id(source: str, doc_id: str, chunk_size: int, chunk_overlap: int, index: int) -> str:
     """The stable id of chunk ``index`` of one document version split one way."""
     key = f"{source}\0{doc_id}\0{chunk_size}\0{chunk_overlap}\0{index}"
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+
+
+def doc_version(source: str, doc_id: str, chunk_size: int, chunk_overlap: int) -> str:
+    """The version of one file's document split one way (``doc_version`` in chunk metadata)."""
+    key = f"version\0{source}\0{doc_id}\0{chunk_size}\0{chunk_overlap}"
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:24]
+
+
+def _splitter(chunk_size: int, chunk_overlap: int) -> RecursiveCharacterTextSplitter:
+    if chunk_size <= 0 or not 0 <= chunk_overlap < chunk_size:
+        raise IngestError(
+            f"invalid chunking: chunk_size={chunk_size}, chunk_overlap={chunk_overlap}; "
+            "need chunk_size > 0 and 0 <= chunk_overlap < chunk_size"
+        )
+    return RecursiveCharacterTextSplitter(
+        chunk_size=chunk_size, chunk_overlap=chunk_overlap, add_start_index=True
+    )
+
+
+def count_chunks(segments: Iterable[tuple[int, str]], chunk_size: int, chunk_overlap: int) -> int:
+    """How many chunks `iter_chunks` makes of these segments (one segment held at a time)."""
+    splitter = _splitter(chunk_size, chunk_overlap)
+    return sum(len(splitter.split_text(segment)) for _, segment in segments)
+
+
+def iter_chunks(
+    source: str,
+    doc_id: str,
+    segments: Iterable[tuple[int, str]],
+    page_at: Callable[[int], int],
+    embedding_model: str,
+    chunk_size: int,
+    chunk_overlap: int,
+    chunk_count: int,
+) -> Iterator[Chunk]:
+    """The chunks of a document given as segments, in order, with ids and metadata.
+
+    Each segment is split on its own (chunks do not cross segments); ``chunk_count``
+    (from `count_chunks`) goes into every chunk's metadata.
+    """
+    splitter = _splitter(chunk_size, chunk_overlap)
+    version = doc_version(source, doc_id, chunk_size, chunk_overlap)
+    file_name = Path(source).name
+    index = 0
+    previous_end = 0
+    tail = ""  # the document text from previous_end to the start of the next segment
+    for seg_start, segment in segments:
+        seg_end = seg_start + len(segment)
+        for piece in splitter.create_documents([segment]):
+            relative = int(piece.metadata["start_index"])
+            start = seg_start + relative
+            # The splitter strips the whitespace between chunks; keeping it lets a window
+            # of neighbouring chunks be rebuilt exactly as the document reads.
+            if previous_end >= seg_start:
+                gap_before = segment[previous_end - seg_start : relative]
+            else:
+                gap_before = tail + segment[:relative]
+            end = start + len(piece.page_content)
+            previous_end = max(previous_end, end)
+            yield Chunk(
+                id=chunk_id(source, doc_id, chunk_size, chunk_overlap, index),
+                text=piece.page_content,
+                metadata={
+                    "source": source,
+                    "file_name": file_name,
+                    "page": page_at(start),
+                    "page_end": page_at(end - 1),
+                    "chunk_index": index,
+                    "chunk_count": chunk_count,
+                    "start_index": start,
+                    "gap_before": gap_before,
+                    "doc_id": doc_id,
+                    # With source, doc_id and chunk_index these give any chunk's id
+                    # (`chunk_id`): neighbour expansion fetches windows by id.
+                    "chunk_size": chunk_size,
+                    "chunk_overlap": chunk_overlap,
+                    DOC_VERSION: version,
+                    "embedding_model": embedding_model,
+                },
+            )
+            index += 1
+        if previous_end >= seg_start:
+            tail = segment[previous_end - seg_start :] if previous_end < seg_end else ""
+        else:
+            tail += segment
 
 
 def split_document(
@@ -345,111 +257,23 @@ def split_document(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
 ) -> list[Chunk]:
-    """Split a document into chunks with ids and metadata, in document order."""
-    if chunk_size <= 0 or not 0 <= chunk_overlap < chunk_size:
-        raise IngestError(
-            f"invalid chunking: chunk_size={chunk_size}, chunk_overlap={chunk_overlap}; "
-            "need chunk_size > 0 and 0 <= chunk_overlap < chunk_size"
-        )
+    """Split a document held in memory into chunks, as ingestion does, in document order."""
+    _splitter(chunk_size, chunk_overlap)
     if not doc.text:
         return []
-    splitter = RecursiveCharacterTextSplitter(
-        chunk_size=chunk_size, chunk_overlap=chunk_overlap, add_start_index=True
-    )
-    pieces = splitter.create_documents([doc.text])
-    doc_id = doc.doc_id
-    chunks = []
-    previous_end = 0
-    for index, piece in enumerate(pieces):
-        start = int(piece.metadata["start_index"])
-        # The splitter strips the whitespace between chunks; keeping it lets a window of
-        # neighbouring chunks be rebuilt exactly as the document reads.
-        gap_before = doc.text[previous_end:start] if start > previous_end else ""
-        previous_end = max(previous_end, start + len(piece.page_content))
-        chunks.append(
-            Chunk(
-                id=chunk_id(doc.source, doc_id, chunk_size, chunk_overlap, index),
-                text=piece.page_content,
-                metadata={
-                    "source": doc.source,
-                    "file_name": Path(doc.source).name,
-                    "page": doc.page_at(start),
-                    "page_end": doc.page_at(start + len(piece.page_content) - 1),
-                    "chunk_index": index,
-                    "chunk_count": len(pieces),
-                    "start_index": start,
-                    "gap_before": gap_before,
-                    "doc_id": doc_id,
-                    # With source, doc_id and chunk_index these give any chunk's id
-                    # (`chunk_id`): neighbour expansion fetches windows by id.
-                    "chunk_size": chunk_size,
-                    "chunk_overlap": chunk_overlap,
-                    "embedding_model": embedding_model,
-                },
-            )
+    count = count_chunks(iter_segments([doc.text]), chunk_size, chunk_overlap)
+    return list(
+        iter_chunks(
+            doc.source,
+            doc.doc_id,
+            iter_segments([doc.text]),
+            doc.page_at,
+            embedding_model,
+            chunk_size,
+            chunk_overlap,
+            count,
         )
-    return chunks
-
-
-def _max_write(store: Chroma) -> int:
-    """The most records Chroma takes in one call (5,461 for embedded Chroma 1.5)."""
-    try:
-        return max(1, int(store._client.get_max_batch_size()))
-    except Exception:
-        return 1000
-
-
-def _write_chunks(
-    store: Chroma,
-    chunks: list[Chunk],
-    existing: set[str],
-    batch_size: int,
-    bar: tqdm,
-    max_write: int,
-) -> None:
-    """Embed a document's chunks (``batch_size`` at a time), then write them all at once.
-
-    One Chroma call is one transaction, so the document becomes searchable whole or not
-    at all, even when the process is killed mid-write. Only a document of more than
-    ``max_write`` chunks takes several calls; a failure between them is undone here,
-    and a kill between them leaves a partial version that the next `ingest_paths` of
-    the file completes. The old version stays complete and searchable until the new
-    one is fully written.
-    """
-    embeddings = store.embeddings
-    assert embeddings is not None
-    written: list[str] = []
-    try:
-        vectors: list[list[float]] = []
-        for start in range(0, len(chunks), batch_size):
-            batch = chunks[start : start + batch_size]
-            vectors.extend(embeddings.embed_documents([c.text for c in batch]))
-            bar.update(len(batch))
-        for start in range(0, len(chunks), max_write):
-            part = chunks[start : start + max_write]
-            store._collection.upsert(
-                ids=[c.id for c in part],
-                embeddings=vectors[start : start + max_write],  # type: ignore[arg-type]
-                metadatas=[c.metadata for c in part],
-                documents=[c.text for c in part],
-            )
-            written.extend(c.id for c in part if c.id not in existing)
-    except Exception as exc:
-        if written:
-            try:
-                store.delete(ids=written)
-            except Exception as undo:  # the store is gone (a stopped server, say)
-                raise IngestError(
-                    f"{chunks[0].metadata['source']}: writing its chunks failed "
-                    f"({type(exc).__name__}: {exc}), and so did undoing the partial write "
-                    f"({type(undo).__name__}). Fix the cause and ingest the file again: "
-                    "that completes it"
-                ) from exc
-        raise IngestError(
-            f"{chunks[0].metadata['source']}: writing its chunks failed "
-            f"({type(exc).__name__}: {exc}); the partial write was undone and the collection "
-            "is as before. Fix the cause and ingest again."
-        ) from exc
+    )
 
 
 def ingest_paths(
@@ -461,78 +285,301 @@ def ingest_paths(
     batch_size: int = 64,
     progress: bool = True,
     max_file_bytes: int | None = MAX_FILE_BYTES,
+    max_write: int | None = None,
 ) -> IngestReport:
     """Ingest files and folders into ``store`` (a collection opened by `open_store`).
 
-    Every file is read and split before anything is written, so a bad file in the
+    Every file is read and checked before anything is written, so a bad file in the
     list (missing, not a PDF, unreadable, too large) fails the call with the collection
-    untouched. Files with no text are reported with status ``empty`` and a note.
+    untouched (and nothing created). Files with no text are reported with status
+    ``empty`` and a note; what was passed over inside folders, with status ``skipped``.
+    ``batch_size`` chunks are embedded per call; ``max_write`` chunks at most are
+    written per Chroma call (default: as many as Chroma takes).
     """
     embeddings = store.embeddings
     if embeddings is None:
         raise IngestError("the store has no embedding function; open it with open_store()")
+    ensure_writable(store)
     check_embeddings(store, embeddings)
-    model_id = embedding_model_id(embeddings)
-    files = discover_files(paths)
-    for path in files:  # all sizes first: a huge last file fails before any reading
+    _splitter(chunk_size, chunk_overlap)
+    found = find_files(paths)
+    for path in found.files:  # all sizes first: a huge last file fails before any reading
         check_file_size(path, max_file_bytes)
-    documents = [load_document(path, max_file_bytes) for path in files]
-
-    split = [(doc, split_document(doc, model_id, chunk_size, chunk_overlap)) for doc in documents]
+    sources: list[tuple[TextSource, int]] = []
+    budget = _KEEP_CHARS
+    for path in found.files:
+        source = scan_file(path, max_file_bytes, keep_up_to=budget)
+        budget -= len(source.text or "")
+        count = count_chunks(source.segments(), chunk_size, chunk_overlap)
+        sources.append((source, count))
+    skipped = [_skipped(item) for item in found.skipped]
+    if not any(count for _, count in sources) and not has_collection(store):
+        empty = [_empty(source, kept=False) for source, _ in sources]
+        return IngestReport(empty + skipped)
+    settings = _Settings(
+        embedding_model_id(embeddings), chunk_size, chunk_overlap, batch_size, progress, max_write
+    )
     # One writer per embedded collection at a time: another process (or thread) ingesting
     # into the same folder waits here, then sees what the first one wrote.
     resume = (
-        "ingest the same files again: documents already written are kept (nothing is "
+        "ingest the same files again: chunks already written are kept (nothing is "
         "embedded twice) and the rest are completed, with no duplicate chunks"
     )
     with server_lost_as_error(store, resume), write_lock(store):
-        return _write_documents(store, split, embeddings, batch_size, progress)
+        return IngestReport(_write_documents(store, sources, embeddings, settings) + skipped)
+
+
+def _skipped(item: Skipped) -> FileResult:
+    logger.warning("%s: %s", item.path, item.reason)
+    return FileResult(item.path, "skipped", 0, [item.reason])
+
+
+def _empty(source: TextSource, kept: bool) -> FileResult:
+    note = (
+        "no text to index; the previously ingested version is kept"
+        if kept
+        else ("no text to index")
+    )
+    return FileResult(source.source, "empty", 0, [*source.notes, note])
+
+
+@dataclass
+class _Settings:
+    model: str
+    chunk_size: int
+    chunk_overlap: int
+    batch_size: int
+    progress: bool
+    max_write: int | None
+
+
+@dataclass
+class _Plan:
+    """One file's document against what the collection holds of that file."""
+
+    source: TextSource
+    count: int
+    version: str
+    current: int = 0
+    """Chunks of this version already in the collection."""
+    existing: int = 0
+    stale_versions: set[str] = field(default_factory=set)
+    stale_doc_ids: set[str] = field(default_factory=set)
+    stale_ids: list[str] = field(default_factory=list)
+    """Chunks of other versions: by version, by content (older chunks), by id (the rest)."""
+    pending: bool = False
+
+    @property
+    def stale(self) -> bool:
+        return bool(self.stale_versions or self.stale_doc_ids or self.stale_ids)
+
+    @property
+    def missing(self) -> int:
+        return self.count - self.current
+
+
+def _plan(store: Chroma, source: TextSource, count: int, settings: _Settings) -> _Plan:
+    """Sort the chunks the collection holds of ``source``'s file (read in pages)."""
+    name, doc_id = source.source, source.doc_id
+    size, overlap = settings.chunk_size, settings.chunk_overlap
+    plan = _Plan(source, count, doc_version(name, doc_id, size, overlap))
+    for page in iter_pages(store, {"source": name}):
+        for id_, meta in zip(page["ids"], page["metadatas"] or [], strict=True):
+            meta = meta or {}
+            plan.existing += 1
+            index = meta.get("chunk_index")
+            if index is not None and id_ == chunk_id(name, doc_id, size, overlap, int(index)):
+                plan.current += 1
+            elif meta.get(DOC_VERSION):
+                plan.stale_versions.add(str(meta[DOC_VERSION]))
+            elif meta.get("doc_id") and meta["doc_id"] != doc_id:
+                plan.stale_doc_ids.add(str(meta["doc_id"]))
+            else:
+                plan.stale_ids.append(id_)
+    return plan
 
 
 def _write_documents(
     store: Chroma,
-    split: list[tuple[LoadedDocument, list[Chunk]]],
+    sources: list[tuple[TextSource, int]],
     embeddings: Embeddings,
-    batch_size: int,
-    progress: bool,
-) -> IngestReport:
-    """Bring each document's chunks in the collection to ``split`` (under the write lock).
-
-    A file's chunks already there decide: all its new ids present means nothing to embed
-    (only leftovers of other versions, such as those of an interrupted run, are
-    removed); otherwise the new version is written whole, then every other chunk of
-    that file removed.
-    """
-    plans: list[tuple[LoadedDocument, list[Chunk], set[str]]] = []
-    for doc, chunks in split:
-        existing = {id_ for id_, _ in iter_metadatas(store, where={"source": doc.source})}
-        plans.append((doc, chunks, existing))
-
-    to_embed = sum(len(c) for _, c, old in plans if not {x.id for x in c} <= old)
-    if to_embed:  # same model id but other vector length: refuse before writing anything
-        dimension = declared_dimension(embeddings)
-        check_dimension(store, dimension or len(embeddings.embed_query("dimension check")))
-    max_write = _max_write(store)
+    settings: _Settings,
+) -> list[FileResult]:
+    """Bring each file's chunks in the collection to its document (under the write lock)."""
+    pending = _prune_pending(store)
+    plans = [_plan(store, source, count, settings) for source, count in sources]
+    for plan in plans:
+        plan.pending = plan.version in pending
+    to_embed = sum(plan.missing for plan in plans if plan.count)
+    if to_embed:  # creates the collection, or checks the vector length, before any write
+        prepare_write(store, embedding_dimension(embeddings))
+    limit = settings.max_write or max_write(store)
     results: list[FileResult] = []
-    with tqdm(total=to_embed, unit="chunk", desc="embedding", disable=not progress) as bar:
-        for doc, chunks, existing in plans:
-            new_ids = {c.id for c in chunks}
-            if not chunks:
-                status: Literal["added", "replaced", "unchanged", "empty"] = "empty"
-                doc.notes.append(
-                    "no text to index; the previously ingested version is kept"
-                    if existing
-                    else "no text to index"
-                )
-                new_ids = existing  # a file gone blank does not remove what was searchable
-            elif new_ids <= existing:  # written before; drop what an interrupted run left
-                status = "unchanged" if new_ids == existing else "replaced"
-            else:
-                status = "replaced" if existing - new_ids else "added"
-                _write_chunks(store, chunks, existing, batch_size, bar, max_write)
-            stale = sorted(existing - new_ids)
-            if stale:
-                store.delete(ids=stale)
-            results.append(FileResult(doc.source, status, len(chunks), doc.notes))
-            logger.info("%s %s (%d chunks)", status, doc.source, len(chunks))
-    return IngestReport(results)
+    with tqdm(total=to_embed, unit="chunk", desc="embedding", disable=not settings.progress) as bar:
+        for plan in plans:
+            result = _write_document(store, plan, embeddings, settings, limit, bar)
+            results.append(result)
+            logger.info("%s %s (%d chunks)", result.status, result.source, result.chunks)
+    return results
+
+
+def _prune_pending(store: Chroma) -> set[str]:
+    """Drop pending versions with no chunks left (a run killed before its first write)."""
+    pending = pending_versions(store)
+    gone = [v for v in pending if not has_records(store, {DOC_VERSION: v})]
+    if gone:
+        set_pending(store, remove=gone)
+    return set(pending) - set(gone)
+
+
+def _write_document(
+    store: Chroma,
+    plan: _Plan,
+    embeddings: Embeddings,
+    settings: _Settings,
+    limit: int,
+    bar: tqdm,
+) -> FileResult:
+    source = plan.source
+    if not plan.count:  # a file gone blank does not remove what was searchable
+        return _empty(source, kept=plan.existing > 0)
+    status: Status
+    embedded = 0
+    if plan.current == plan.count:  # written before; drop what an interrupted run left
+        status = "replaced" if plan.stale else "unchanged"
+    else:
+        status = "replaced" if plan.stale else "added"
+        chunks = iter_chunks(
+            source.source,
+            source.doc_id,
+            source.segments(),
+            source.page_at,
+            settings.model,
+            settings.chunk_size,
+            settings.chunk_overlap,
+            plan.count,
+        )
+        if plan.count <= limit and not plan.pending:
+            embedded = _write_whole(store, plan, list(chunks), embeddings, settings, bar)
+        else:
+            embedded = _write_in_parts(store, plan, chunks, embeddings, settings, limit, bar)
+    _retire_old_versions(store, plan, limit)
+    return FileResult(source.source, status, plan.count, source.notes, embedded)
+
+
+def _embed(chunks: list[Chunk], embeddings: Embeddings, batch_size: int, bar: tqdm) -> np.ndarray:
+    """The chunks' vectors (``batch_size`` per embedding call) as one float32 array."""
+    parts = []
+    for start in range(0, len(chunks), batch_size):
+        batch = chunks[start : start + batch_size]
+        parts.append(np.asarray(embeddings.embed_documents([c.text for c in batch]), np.float32))
+        bar.update(len(batch))
+    return np.concatenate(parts)
+
+
+def _write(store: Chroma, chunks: list[Chunk], vectors: np.ndarray) -> None:
+    write_records(
+        store,
+        [c.id for c in chunks],
+        vectors,
+        [c.metadata for c in chunks],
+        [c.text for c in chunks],
+    )
+
+
+def _write_whole(
+    store: Chroma,
+    plan: _Plan,
+    chunks: list[Chunk],
+    embeddings: Embeddings,
+    settings: _Settings,
+    bar: tqdm,
+) -> int:
+    """Write a document that fits one Chroma call: searchable whole or not at all."""
+    present = present_ids(store, [c.id for c in chunks]) if plan.current else set()
+    missing = [c for c in chunks if c.id not in present]
+    if not missing:
+        return 0
+    try:
+        _write(store, missing, _embed(missing, embeddings, settings.batch_size, bar))
+    except IngestError:
+        raise
+    except Exception as exc:
+        raise IngestError(
+            f"{plan.source.source}: writing its chunks failed ({type(exc).__name__}: {exc}); "
+            "the partial write was undone and the collection is as before. Fix the cause "
+            "and ingest again."
+        ) from exc
+    return len(missing)
+
+
+def _write_in_parts(
+    store: Chroma,
+    plan: _Plan,
+    chunks: Iterator[Chunk],
+    embeddings: Embeddings,
+    settings: _Settings,
+    limit: int,
+    bar: tqdm,
+) -> int:
+    """Write a document in several Chroma calls, pending (out of searches) until complete.
+
+    Each call is a checkpoint: chunks already in the collection (from an interrupted
+    run) are not embedded again.
+    """
+    if not plan.pending:
+        set_pending(store, add=[plan.version])
+        plan.pending = True
+    embedded = 0
+    try:
+        for group in _groups(chunks, limit):
+            present = present_ids(store, [c.id for c in group]) if plan.current else set()
+            missing = [c for c in group if c.id not in present]
+            if missing:
+                _write(store, missing, _embed(missing, embeddings, settings.batch_size, bar))
+                embedded += len(missing)
+    except IngestError:
+        raise
+    except Exception as exc:
+        written = plan.current + embedded
+        raise IngestError(
+            f"{plan.source.source}: writing its chunks failed ({type(exc).__name__}: {exc}) "
+            f"with {written} of {plan.count} chunks written. Searches leave them out (and "
+            "still see the previous version, if any). Fix the cause and ingest the file "
+            "again: it resumes from the chunks already written."
+        ) from exc
+    return embedded
+
+
+def _groups(chunks: Iterator[Chunk], size: int) -> Iterator[list[Chunk]]:
+    group: list[Chunk] = []
+    for chunk in chunks:
+        group.append(chunk)
+        if len(group) == size:
+            yield group
+            group = []
+    if group:
+        yield group
+
+
+def _retire_old_versions(store: Chroma, plan: _Plan, limit: int) -> None:
+    """Make the complete new version the one searched, then delete the other versions.
+
+    A pending new version is released and the old versions hidden in one metadata write,
+    so searches switch from one whole version to the other.
+    """
+    if plan.pending:
+        set_pending(store, add=plan.stale_versions, remove=[plan.version])
+        plan.pending = False
+    if not plan.stale:
+        return
+    name = plan.source.source
+    if plan.stale_versions:
+        versions = sorted(plan.stale_versions)
+        delete_where(store, {"$and": [{"source": name}, {DOC_VERSION: {"$in": versions}}]})
+    if plan.stale_doc_ids:
+        doc_ids = sorted(plan.stale_doc_ids)
+        delete_where(store, {"$and": [{"source": name}, {"doc_id": {"$in": doc_ids}}]})
+    delete_ids(store, plan.stale_ids, limit)
+    if plan.stale_versions:
+        set_pending(store, remove=plan.stale_versions)

@@ -1,13 +1,22 @@
 """The Chroma collection: where it lives, which embedding model built it, what it holds.
 
 A hyde_lc collection records the embedding model id and dimension in its Chroma
-metadata when it is created. Opening it with another embedding model is refused
-before anything is read or written: vectors from two models in one index make every
-search silently wrong.
+metadata. Opening it with another embedding model is refused before anything is read or
+written: vectors from two models in one index make every search silently wrong. An
+empty collection takes the model of its first write.
 
-Location, in order: the arguments, then ``HYDE_LC_CHROMA_URL`` (a Chroma server) or
-``HYDE_LC_STORE`` (a folder), then ``./.hyde_lc`` in the current working directory.
-The collection name is ``HYDE_LC_COLLECTION`` or ``hyde_lc``.
+Opening never writes: nothing is created (no folder, no collection) until the first
+write, and a read-only store folder can be searched. Location, in order: the arguments,
+then ``HYDE_LC_CHROMA_URL`` (a Chroma server) or ``HYDE_LC_STORE`` (a folder), then
+``./.hyde_lc`` in the current working directory. The collection name is
+``HYDE_LC_COLLECTION`` or ``hyde_lc``. Every request to a Chroma server waits at most
+``HYDE_LC_CHROMA_TIMEOUT`` seconds (default 30).
+
+A document too large for one Chroma write is written in several, and searches must not
+see it until it is whole: its *version* (`DOC_VERSION` in each chunk's metadata) is
+listed as pending in the collection's metadata while it is written, and every read
+through `open_store`'s store, `visible_where` or `collection_info` leaves pending
+versions out.
 
 Example:
     >>> from hyde_lc import open_store
@@ -18,16 +27,26 @@ Example:
 
 from __future__ import annotations
 
+import atexit
+import ipaddress
 import logging
 import os
-from collections.abc import Iterator
+import re
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import httpx
+from chromadb.api.client import Client as ChromaClient
+from chromadb.config import DEFAULT_DATABASE, DEFAULT_TENANT, Settings
+from chromadb.errors import NotFoundError
 from langchain_chroma import Chroma
+from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
 from hyde_lc.errors import EmbeddingMismatchError, StoreError, StoreUnavailableError
@@ -44,7 +63,57 @@ DEFAULT_STORE_DIR = ".hyde_lc"
 DEFAULT_COLLECTION = "hyde_lc"
 META_MODEL = "hyde_lc_embedding_model"
 META_DIMENSION = "hyde_lc_embedding_dimension"
+META_PENDING = "hyde_lc_pending"
+"""Collection metadata: the document versions being written or removed, comma-separated.
+Searches leave their chunks out."""
+DOC_VERSION = "doc_version"
+"""Chunk metadata: which version of a document (file, content, chunking) a chunk is of."""
+DEFAULT_TIMEOUT_S = 30.0
+TIMEOUT_ENV = "HYDE_LC_CHROMA_TIMEOUT"
+SQLITE_FILE = "chroma.sqlite3"
+COSINE: dict[str, Any] = {"hnsw": {"space": "cosine"}}
 _PAGE = 5000
+_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]{1,510}[a-zA-Z0-9]")
+
+
+def _timeout_from(value: float | str | None) -> float:
+    """Seconds a Chroma server request may take: ``value``, ``$HYDE_LC_CHROMA_TIMEOUT`` or 30."""
+    raw: float | str | None = value if value is not None else os.environ.get(TIMEOUT_ENV)
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return DEFAULT_TIMEOUT_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        where = "timeout" if value is not None else TIMEOUT_ENV
+        raise StoreError(
+            f"{where} must be a positive number of seconds (how long a Chroma server may take "
+            f"to answer one request), got {raw!r}; e.g. {TIMEOUT_ENV}=30"
+        )
+    return seconds
+
+
+def check_collection_name(name: str) -> None:
+    """Refuse a collection name Chroma would refuse when it creates the collection.
+
+    Chroma checks names only on creation, which is now the first write: checked here
+    too, so that a bad name fails when the store is opened. Chroma's rules: 3-512
+    characters of ``[a-zA-Z0-9._-]``, a letter or digit first and last, no ``..``, not
+    an IPv4 address.
+    """
+    bad = not _NAME.fullmatch(name) or ".." in name
+    if not bad:
+        try:
+            ipaddress.IPv4Address(name)
+            bad = True
+        except ValueError:
+            pass
+    if bad:
+        raise StoreError(
+            f"invalid collection name {name!r}: use 3-512 letters, digits, '.', '_' or '-', "
+            "starting and ending with a letter or digit (e.g. --collection my_docs)"
+        )
 
 
 @dataclass(frozen=True)
@@ -60,6 +129,8 @@ class StoreLocation:
     path: Path | None
     url: str | None
     collection: str
+    timeout: float = DEFAULT_TIMEOUT_S
+    """Seconds one request to a Chroma server may take (``HYDE_LC_CHROMA_TIMEOUT``)."""
 
     @classmethod
     def resolve(
@@ -67,8 +138,19 @@ class StoreLocation:
         path: str | os.PathLike | None = None,
         url: str | None = None,
         collection: str | None = None,
+        timeout: float | None = None,
     ) -> StoreLocation:
         """Apply arguments, then environment variables, then defaults."""
+        if isinstance(path, str) and not path.strip():
+            raise StoreError(
+                'the store folder is empty (--store ""): give a folder (e.g. --store '
+                "./.hyde_lc), or leave it out for $HYDE_LC_STORE or ./.hyde_lc"
+            )
+        if isinstance(url, str) and not url.strip():
+            raise StoreError(
+                "the Chroma server URL is empty: give one (e.g. http://127.0.0.1:8000), or "
+                "leave it out to use a store folder"
+            )
         name = collection or os.environ.get("HYDE_LC_COLLECTION") or DEFAULT_COLLECTION
         if path is None and url is None:
             url = os.environ.get("HYDE_LC_CHROMA_URL") or None
@@ -77,7 +159,10 @@ class StoreLocation:
         if path is not None and url is not None:
             raise StoreError("give either a store folder or a Chroma server URL, not both")
         return cls(
-            path=Path(path).expanduser().resolve() if path else None, url=url, collection=name
+            path=Path(path).expanduser().resolve() if path is not None else None,
+            url=url,
+            collection=name,
+            timeout=_timeout_from(timeout),
         )
 
     def describe(self) -> str:
@@ -85,34 +170,816 @@ class StoreLocation:
         where = f"chroma server {self.url}" if self.url else f"chroma folder {self.path}"
         return f"{where}, collection {self.collection}"
 
+    @property
+    def server(self) -> str | None:
+        """The server's address as ``scheme://host:port`` (None for a folder)."""
+        if not self.url:
+            return None
+        parsed = urlparse(self.url if "://" in self.url else f"http://{self.url}")
+        port = parsed.port or (443 if parsed.scheme == "https" else 8000)
+        return f"{parsed.scheme}://{parsed.hostname or '127.0.0.1'}:{port}"
+
     def client(self) -> Any:
-        """A chromadb client for this location (telemetry off, nothing fetched)."""
+        """A chromadb client for this location (telemetry off, nothing fetched).
+
+        For a folder this creates it (and Chroma's database in it) if missing: call it
+        only to write, or on a folder that holds a store (`has_store`).
+        """
         import chromadb
-        from chromadb.config import Settings
 
         settings = Settings(anonymized_telemetry=False)
         if self.url:
-            parsed = urlparse(self.url if "://" in self.url else f"http://{self.url}")
-            try:
-                return chromadb.HttpClient(
-                    host=parsed.hostname or "127.0.0.1",
-                    port=parsed.port or (443 if parsed.scheme == "https" else 8000),
-                    ssl=parsed.scheme == "https",
-                    settings=settings,
-                )
-            except Exception as exc:
-                raise StoreError(
-                    f"cannot reach the Chroma server at {self.url} ({exc}). Start it "
-                    "(chroma run --path DIR --port N) or check HYDE_LC_CHROMA_URL."
-                ) from exc
+            return _http_client(self.url, settings, self.timeout)
         assert self.path is not None
         if self.path.exists() and not self.path.is_dir():
             raise StoreError(f"store location {self.path} is a file, not a folder")
         return chromadb.PersistentClient(path=str(self.path), settings=settings)
 
+    def has_store(self) -> bool:
+        """For a folder: whether it holds a Chroma database; a server always may."""
+        if self.path is None:
+            return True
+        if self.path.exists() and not self.path.is_dir():
+            raise StoreError(f"store location {self.path} is a file, not a folder")
+        return (self.path / SQLITE_FILE).is_file()
+
+
+class _BoundedHttpClient(ChromaClient):
+    """chromadb's HTTP client, with a bounded wait for each request.
+
+    chromadb 1.5 makes its httpx session with no timeout and has no setting for one,
+    and its constructor already sends requests (who am I, which tenant): so the timeout
+    is put on the session just before the first of them, `get_user_identity`.
+    """
+
+    def __init__(self, timeout: float, **kwargs: Any) -> None:
+        self._hyde_lc_timeout = timeout
+        super().__init__(**kwargs)
+        self.bound_requests()
+
+    def get_user_identity(self) -> Any:
+        self.bound_requests()
+        return super().get_user_identity()
+
+    def bound_requests(self) -> None:
+        """Apply the timeout to the session (idempotent)."""
+        session = getattr(getattr(self, "_server", None), "_session", None)
+        if isinstance(session, httpx.Client):
+            session.timeout = httpx.Timeout(self._hyde_lc_timeout)
+
+
+def _http_client(url: str, settings: Settings, timeout: float) -> Any:
+    parsed = urlparse(url if "://" in url else f"http://{url}")
+    # What chromadb.HttpClient sets, for a client class of our own.
+    settings.chroma_api_impl = "chromadb.api.fastapi.FastAPI"
+    settings.chroma_server_host = parsed.hostname or "127.0.0.1"
+    settings.chroma_server_http_port = parsed.port or (443 if parsed.scheme == "https" else 8000)
+    settings.chroma_server_ssl_enabled = parsed.scheme == "https"
+    try:
+        return _BoundedHttpClient(
+            timeout, tenant=DEFAULT_TENANT, database=DEFAULT_DATABASE, settings=settings
+        )
+    except Exception as exc:
+        if _timed_out(exc):
+            raise StoreError(
+                f"the Chroma server at {url} did not answer within {timeout:g} s. Check that "
+                f"it is a Chroma server and not stuck; if it is only slow, raise {TIMEOUT_ENV} "
+                "(seconds)."
+            ) from exc
+        raise StoreError(
+            f"cannot reach the Chroma server at {url} ({exc}). Start it "
+            "(chroma run --path DIR --port N) or check HYDE_LC_CHROMA_URL."
+        ) from exc
+
+
+def _timed_out(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, httpx.TimeoutException):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+# -- reading a folder that cannot be written --------------------------------------------
+
+_READ_ONLY_COPIES: dict[Path, Path] = {}
+
+
+def _is_read_only(folder: Path) -> bool:
+    """Whether this process cannot write a store folder that Chroma must write to open."""
+    sqlite = folder / SQLITE_FILE
+    if not sqlite.is_file():
+        return False
+    places = [folder, sqlite, *(p for p in folder.iterdir() if p.is_dir())]
+    return not all(os.access(p, os.W_OK) for p in places)
+
+
+def _read_only_copy(folder: Path) -> Path:
+    """A writable copy of a read-only store folder, made once per process, removed at exit.
+
+    Chroma cannot open a store it cannot write (it updates its database on open), so a
+    read-only folder (a read-only mount, a shared copy) is read through a private copy.
+    """
+    if folder in _READ_ONLY_COPIES:
+        return _READ_ONLY_COPIES[folder]
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    logger.warning(
+        "%s is read-only and Chroma cannot open a store it cannot write: reading a "
+        "temporary copy (%.1f MB; set TMPDIR to choose where)",
+        folder,
+        size / 2**20,
+    )
+    holder = Path(tempfile.mkdtemp(prefix="hyde-lc-read-only-"))
+    atexit.register(shutil.rmtree, holder, ignore_errors=True)
+    copy = holder / "store"
+    try:
+        shutil.copytree(
+            folder,
+            copy,
+            copy_function=shutil.copyfile,  # no permission bits: the copy must be writable
+            ignore=shutil.ignore_patterns(LOCK_FILE),
+        )
+        for root, dirs, _ in os.walk(copy):
+            for name in dirs:
+                os.chmod(os.path.join(root, name), 0o700)
+        os.chmod(copy, 0o700)
+    except OSError as exc:
+        raise StoreError(
+            f"{folder} is read-only, and copying it to {holder} to read it failed "
+            f"({exc.strerror or exc}). Copy it somewhere writable yourself and point "
+            "--store at the copy"
+        ) from exc
+    _READ_ONLY_COPIES[folder] = copy
+    return copy
+
+
+# -- the store ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Opened:
+    client: Any = None
+    collection: Any = None
+    copy_of: Path | None = None
+
+
+def _open_existing(location: StoreLocation) -> _Opened:
+    """The client and collection if they exist; creates nothing."""
+    if not location.has_store():
+        return _Opened()
+    opened = _Opened()
+    if location.path is not None and _is_read_only(location.path):
+        opened.copy_of = location.path
+        location = StoreLocation(_read_only_copy(location.path), None, location.collection)
+    opened.client = location.client()
+    try:
+        opened.collection = opened.client.get_collection(location.collection)
+    except NotFoundError:
+        opened.collection = None
+    return opened
+
+
+class _Handover:
+    """What `Chroma.__init__` sees as its client: hands it the collection found, if any."""
+
+    def __init__(self, collection: Any) -> None:
+        self.collection = collection
+
+    def get_collection(self, name: str) -> Any:
+        return self.collection
+
+
+class HydeChroma(Chroma):
+    """A hyde_lc collection as a LangChain `Chroma` store (what `open_store` returns).
+
+    Opening creates nothing: the store folder and the collection are made by the first
+    write, with the embedding model recorded; until then reads see an empty collection.
+    Searches and ``get`` leave out the chunks of documents still being written
+    (`visible_where`). A read-only store folder is read through a temporary copy, and
+    writing to it is refused.
+
+    Example:
+        >>> from hyde_lc import open_store
+        >>> store = open_store("/tmp/new-store")  # doctest: +SKIP
+        >>> store.similarity_search("lamps")  # nothing created yet  # doctest: +SKIP
+        []
+
+    """
+
+    def __init__(
+        self,
+        location: StoreLocation,
+        embeddings: Embeddings,
+        client: Any = None,
+        collection: Any = None,
+        copy_of: Path | None = None,
+    ) -> None:
+        self._location = location
+        self._copy_of = copy_of
+        self._hyde_lc_client: Any = None
+        super().__init__(
+            collection_name=location.collection,
+            embedding_function=embeddings,
+            client=_Handover(collection),  # type: ignore[arg-type]
+            collection_configuration=COSINE,  # type: ignore[arg-type]
+            create_collection_if_not_exists=False,
+        )
+        self._hyde_lc_client = client
+
+    # Chroma.__init__ assigns _client; reading it opens the client on first use (which,
+    # for a new folder, creates it: only writes get that far).
+    @property
+    def _client(self) -> Any:
+        if self._hyde_lc_client is None:
+            self._hyde_lc_client = self._location.client()
+        return self._hyde_lc_client
+
+    @_client.setter
+    def _client(self, value: Any) -> None:
+        self._hyde_lc_client = value
+
+    @property
+    def location(self) -> StoreLocation:
+        """Where the collection lives."""
+        return self._location
+
+    @property
+    def read_only_source(self) -> Path | None:
+        """The read-only folder this store reads through a temporary copy, if it does."""
+        return self._copy_of
+
+    def existing_collection(self) -> Any:
+        """The chromadb collection if it exists by now, else None (nothing is created)."""
+        if self._chroma_collection is None:
+            if self._hyde_lc_client is None and not self._location.has_store():
+                return None
+            try:
+                self._chroma_collection = self._client.get_collection(self._location.collection)
+            except NotFoundError:
+                return None
+        return self._chroma_collection
+
+    @property
+    def _collection(self) -> Any:
+        return self.existing_collection() or _UnbornCollection(self)
+
+    def create_collection(self) -> Any:
+        """The collection, created now (with the embedding model recorded) if missing."""
+        found = self.existing_collection()
+        if found is not None:
+            return found
+        embeddings = self.embeddings
+        assert embeddings is not None
+        metadata = {
+            META_MODEL: embedding_model_id(embeddings),
+            META_DIMENSION: embedding_dimension(embeddings),
+        }
+        self._chroma_collection = self._client.get_or_create_collection(
+            name=self._location.collection,
+            embedding_function=None,
+            metadata=metadata,
+            configuration=COSINE,
+        )
+        return self._chroma_collection
+
+    # -- reads leave pending document versions out -----------------------------------------
+
+    def similarity_search_with_score(
+        self,
+        query: str,
+        k: int = 4,
+        filter: dict[str, str] | None = None,
+        where_document: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> list[tuple[Document, float]]:
+        """LangChain's search, without chunks of pending versions."""
+        return super().similarity_search_with_score(
+            query, k, visible_where(self, filter), where_document, **kwargs
+        )
+
+    def similarity_search_with_vectors(
+        self,
+        query: str,
+        k: int = 4,
+        filter: dict[str, str] | None = None,
+        where_document: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """LangChain's search, without chunks of pending versions."""
+        return super().similarity_search_with_vectors(
+            query, k, visible_where(self, filter), where_document, **kwargs
+        )
+
+    def similarity_search_by_vector(
+        self,
+        embedding: list[float],
+        k: int = 4,
+        filter: dict[str, str] | None = None,
+        where_document: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        """LangChain's search, without chunks of pending versions."""
+        return super().similarity_search_by_vector(
+            embedding, k, visible_where(self, filter), where_document, **kwargs
+        )
+
+    def similarity_search_by_vector_with_relevance_scores(
+        self,
+        embedding: list[float],
+        k: int = 4,
+        filter: dict[str, str] | None = None,
+        where_document: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> list[tuple[Document, float]]:
+        """LangChain's search, without chunks of pending versions."""
+        return super().similarity_search_by_vector_with_relevance_scores(
+            embedding, k, visible_where(self, filter), where_document, **kwargs
+        )
+
+    def max_marginal_relevance_search_by_vector(
+        self,
+        embedding: list[float],
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        filter: dict[str, str] | None = None,
+        where_document: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        """LangChain's MMR search, without chunks of pending versions."""
+        return super().max_marginal_relevance_search_by_vector(
+            embedding,
+            k,
+            fetch_k,
+            lambda_mult,
+            visible_where(self, filter),
+            where_document,
+            **kwargs,
+        )
+
+    def get(
+        self,
+        ids: str | list[str] | None = None,
+        where: Any = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        where_document: Any = None,
+        include: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """LangChain's ``get``, without chunks of pending versions."""
+        return super().get(ids, visible_where(self, where), limit, offset, where_document, include)
+
+    def add_texts(
+        self,
+        texts: Iterable[str],
+        metadatas: list[dict] | None = None,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> list[str]:
+        """LangChain's ``add_texts``; the first write creates the collection (model recorded)."""
+        prepare_write(self)
+        return super().add_texts(texts, metadatas, ids, **kwargs)
+
+
+class _UnbornCollection:
+    """Stands in for a collection that does not exist yet: empty to read, made by a write."""
+
+    _WRITES = frozenset({"add", "upsert", "update", "modify"})
+
+    def __init__(self, store: HydeChroma) -> None:
+        self._store = store
+        self.name = store.location.collection
+        self.metadata: dict[str, Any] = {}
+        self.configuration: dict[str, Any] = COSINE
+
+    def count(self) -> int:
+        return 0
+
+    def get(
+        self, *args: Any, include: Sequence[str] = ("metadatas", "documents"), **kwargs: Any
+    ) -> dict[str, Any]:
+        kept: dict[str, Any] = {key: ([] if key in include else None) for key in _RESULT_KEYS}
+        return {"ids": [], **kept, "included": list(include)}
+
+    def query(
+        self,
+        *args: Any,
+        include: Sequence[str] = ("metadatas", "documents", "distances"),
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        count = len(kwargs.get("query_embeddings") or kwargs.get("query_texts") or [None])
+        empty: list[list[Any]] = [[] for _ in range(count)]
+        kept = {key: (empty if key in include else None) for key in (*_RESULT_KEYS, "distances")}
+        return {"ids": empty, **kept, "included": list(include)}
+
+    def peek(self, limit: int = 10) -> dict[str, Any]:
+        return self.get()
+
+    def delete(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._WRITES:
+            return getattr(self._store.create_collection(), name)
+        raise AttributeError(
+            f"collection {self.name!r} does not exist yet (nothing has been written to it)"
+        )
+
+
+_RESULT_KEYS = ("embeddings", "documents", "metadatas", "uris", "data")
+
+
+def _store_collection(store: Chroma) -> Any:
+    """The chromadb collection behind ``store``, or None if it does not exist yet."""
+    if isinstance(store, HydeChroma):
+        return store.existing_collection()
+    return store._collection
+
+
+def has_collection(store: Chroma) -> bool:
+    """Whether ``store``'s collection exists (a store opened by `open_store` may not, yet)."""
+    return _store_collection(store) is not None
+
+
+def has_records(store: Chroma, where: dict) -> bool:
+    """Whether any record matches ``where`` (visible or not)."""
+    collection = _store_collection(store)
+    if collection is None:
+        return False
+    return bool(collection.get(where=where, limit=1, include=[])["ids"])
+
+
+def fresh_metadata(store: Chroma) -> dict[str, Any]:
+    """The collection's metadata as stored now (another process may have changed it)."""
+    collection = _store_collection(store)
+    if collection is None:
+        return {}
+    try:
+        return dict(store._client.get_collection(collection.name).metadata or {})
+    except NotFoundError:
+        return {}
+
+
+def pending_versions(store: Chroma) -> list[str]:
+    """The document versions being written or removed: searches leave them out."""
+    return _pending_in(fresh_metadata(store))
+
+
+def _pending_in(metadata: dict[str, Any]) -> list[str]:
+    raw = metadata.get(META_PENDING) or ""
+    return [version for version in str(raw).split(",") if version]
+
+
+def visible_where(store: Chroma, where: dict | None = None) -> dict | None:
+    """``where`` narrowed to the chunks searches may see (none of a pending version).
+
+    Reads the collection's metadata fresh (one request, about 0.25 ms embedded) and
+    returns ``where`` unchanged when nothing is pending, which is the normal case.
+
+    Example:
+        >>> visible_where(store, {"source": "a.txt"})  # doctest: +SKIP
+        {'$and': [{'source': 'a.txt'}, {'doc_version': {'$nin': ['9f0c...']}}]}
+
+    """
+    pending = pending_versions(store)
+    if not pending:
+        return where
+    hide: dict[str, Any] = {DOC_VERSION: {"$nin": pending}}
+    return {"$and": [where, hide]} if where else hide
+
+
+def set_pending(store: Chroma, add: Iterable[str] = (), remove: Iterable[str] = ()) -> list[str]:
+    """Change the pending versions in one metadata write (atomic); returns the new list.
+
+    Writers of one embedded folder hold `write_lock`; on a Chroma server two writers
+    changing the list at the same instant could lose one change (Chroma has no
+    compare-and-set), so give each server collection one writer at a time.
+    """
+    collection = prepare_write(store)
+    metadata = fresh_metadata(store)
+    before = _pending_in(metadata)
+    after = sorted((set(before) | set(add)) - set(remove))
+    if after == sorted(before):
+        return after
+    if after:
+        metadata[META_PENDING] = ",".join(after)
+    else:
+        metadata.pop(META_PENDING, None)
+    _write_metadata(collection, metadata)
+    return after
+
+
+def _write_metadata(collection: Any, metadata: dict[str, Any]) -> None:
+    metadata.pop("hnsw:space", None)  # set through the configuration, not metadata
+    collection.modify(metadata=metadata or {META_PENDING: ""})
+
+
+# -- embedding model ----------------------------------------------------------------------
+
+
+def embedding_dimension(embeddings: Embeddings) -> int:
+    """The vector length of ``embeddings``: declared, else measured on one short text."""
+    return declared_dimension(embeddings) or len(embeddings.embed_query("dimension check"))
+
+
+def _refuse_other_model(where: str, metadata: dict[str, Any], wanted: str, count: int) -> None:
+    """Refuse writing or reading ``wanted``'s vectors in a non-empty collection of another."""
+    built_with = metadata.get(META_MODEL)
+    if count == 0 or built_with == wanted:
+        return
+    if built_with is None:
+        raise StoreError(
+            f"{where} holds {count} vectors but no record of their embedding "
+            "model (it was not built by hyde_lc). Ingest into a new collection "
+            "(--collection NAME) instead."
+        )
+    raise EmbeddingMismatchError(
+        f"{where} was built with embedding model {built_with!r} "
+        f"({metadata.get(META_DIMENSION)} dimensions); you asked for {wanted!r}. "
+        f"Use --embeddings {built_with} (HYDE_LC_EMBEDDINGS={built_with}), or ingest "
+        "into another collection (--collection NAME) to use the new model."
+    )
+
+
+def check_embeddings(store: Chroma, embeddings: Embeddings, location: str = "") -> None:
+    """Refuse an embedding model other than the one the collection was built with.
+
+    Reads only: a collection that does not exist yet, or holds nothing, passes (its
+    first write records the model); a non-empty one with no record (not built by
+    hyde_lc) is refused, since its vectors cannot be vouched for.
+    """
+    collection = _store_collection(store)
+    if collection is None:
+        return
+    metadata = dict(collection.metadata or {})
+    wanted = embedding_model_id(embeddings)
+    if metadata.get(META_MODEL) == wanted:
+        dimension = declared_dimension(embeddings)
+        if dimension is not None:
+            check_dimension(store, dimension, location)
+        return
+    _refuse_other_model(location or collection.name, metadata, wanted, collection.count())
+
+
+def ensure_writable(store: Chroma) -> None:
+    """Refuse to write a store that is read through a copy of a read-only folder."""
+    source = store.read_only_source if isinstance(store, HydeChroma) else None
+    if source is not None:
+        raise StoreError(
+            f"{source} is read-only: it can be searched but not written. Make it "
+            "writable (chmod -R u+w), or ingest into another store (--store DIR)"
+        )
+
+
+def prepare_write(store: Chroma, dimension: int | None = None) -> Any:
+    """Make the collection ready for a write of ``store``'s embeddings; returns it.
+
+    Creates a missing collection with the model recorded; an empty collection takes
+    this model (whatever it recorded before); a non-empty one must have been built with
+    it, at the same dimension (checked when ``dimension`` is given).
+    """
+    ensure_writable(store)
+    embeddings = store.embeddings
+    if embeddings is None:
+        raise StoreError("the store has no embedding function; open it with open_store()")
+    if isinstance(store, HydeChroma) and store.existing_collection() is None:
+        store.create_collection()
+    collection = store._collection
+    metadata = fresh_metadata(store)
+    wanted = embedding_model_id(embeddings)
+    if metadata.get(META_MODEL) == wanted:
+        if dimension is not None:
+            check_dimension(store, dimension)
+        return collection
+    _refuse_other_model(collection.name, metadata, wanted, collection.count())
+    metadata.pop(META_PENDING, None)  # an empty collection has nothing pending
+    metadata.update(
+        {META_MODEL: wanted, META_DIMENSION: dimension or embedding_dimension(embeddings)}
+    )
+    _write_metadata(collection, metadata)
+    return collection
+
+
+def declared_dimension(embeddings: Embeddings) -> int | None:
+    """The vector length an embeddings object states (``dimension``/``dimensions``), if any."""
+    for attr in ("dimension", "dimensions"):
+        value = getattr(embeddings, attr, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def check_dimension(store: Chroma, dimension: int, location: str = "") -> None:
+    """Refuse vectors of another length than the collection records (same model id).
+
+    Raises `EmbeddingMismatchError` before anything is searched or written; Chroma's own
+    error would come later and not say what to do. An empty collection passes.
+    """
+    collection = _store_collection(store)
+    if collection is None:
+        return
+    metadata = collection.metadata or {}
+    recorded = metadata.get(META_DIMENSION)
+    if recorded is None or int(recorded) == dimension or collection.count() == 0:
+        return
+    model = metadata.get(META_MODEL)
+    raise EmbeddingMismatchError(
+        f"{location or collection.name} holds {recorded}-dimensional vectors from "
+        f"{model!r}, but these embeddings give {dimension} dimensions (same model name, "
+        f"other settings?). Use the settings the collection was built with ({recorded} "
+        "dimensions), or ingest into another collection (--collection NAME)."
+    )
+
+
+# -- opening --------------------------------------------------------------------------------
+
+
+def collection_exists(location: StoreLocation) -> bool:
+    """Whether the collection exists, without creating the store or the collection."""
+    try:
+        return _open_existing(location).collection is not None
+    except StoreError:
+        raise
+    except Exception as exc:
+        raise StoreError(f"cannot open {location.describe()}: {exc}") from exc
+
+
+def open_store(
+    path: str | os.PathLike | None = None,
+    *,
+    url: str | None = None,
+    collection: str | None = None,
+    embeddings: Embeddings | None = None,
+    timeout: float | None = None,
+) -> HydeChroma:
+    """Open a hyde_lc collection as a LangChain `Chroma` store; creates nothing.
+
+    With no arguments: the collection ``hyde_lc`` in ``./.hyde_lc`` with the default
+    embeddings. The embedding model is checked against the one the collection was
+    built with (`EmbeddingMismatchError` when they differ). A missing folder or
+    collection is created by the first write; ``timeout`` (seconds, default
+    ``$HYDE_LC_CHROMA_TIMEOUT`` or 30) bounds each request to a Chroma server.
+    """
+    location = StoreLocation.resolve(path, url, collection, timeout)
+    check_collection_name(location.collection)
+    embeddings = embeddings or load_embeddings()
+    try:
+        opened = _open_existing(location)
+    except StoreError:
+        raise
+    except Exception as exc:  # chromadb's errors: damaged database, ...
+        raise StoreError(f"cannot open {location.describe()}: {exc}") from exc
+    store = HydeChroma(location, embeddings, opened.client, opened.collection, opened.copy_of)
+    check_embeddings(store, embeddings, location.describe())
+    return store
+
+
+# -- reading everything -------------------------------------------------------------------
+
+
+def iter_pages(
+    store: Chroma, where: dict | None = None, include: Sequence[str] = ("metadatas",)
+) -> Iterator[dict[str, Any]]:
+    """The collection's records matching ``where``, ``_PAGE`` at a time (memory bounded).
+
+    ``where`` is used as given: pass it through `visible_where` to see what searches see.
+    """
+    collection = _store_collection(store)
+    if collection is None:
+        return
+    offset = 0
+    while True:
+        page = collection.get(where=where, include=list(include), limit=_PAGE, offset=offset)
+        if page["ids"]:
+            yield page
+        if len(page["ids"]) < _PAGE:
+            return
+        offset += _PAGE
+
+
+def iter_metadatas(store: Chroma, where: dict | None = None) -> list[tuple[str, dict]]:
+    """All (id, metadata) pairs of the collection matching ``where`` (no embeddings)."""
+    out: list[tuple[str, dict]] = []
+    for page in iter_pages(store, where):
+        metadatas: list[Any] = list(page["metadatas"] or [{}] * len(page["ids"]))
+        out.extend(
+            (id_, dict(meta or {})) for id_, meta in zip(page["ids"], metadatas, strict=True)
+        )
+    return out
+
+
+def collection_info(store: Chroma) -> dict[str, Any]:
+    """Facts about a collection: chunks, documents, embedding model and dimension.
+
+    Counts what searches see. Documents whose writing was interrupted are listed apart
+    under ``incomplete`` (chunks written so far, of how many): searches do not see them
+    until the same file is ingested again, which completes them.
+    """
+    metadata = fresh_metadata(store)
+    pending = _pending_in(metadata)
+    documents: dict[str, dict[str, Any]] = {}
+    visible = 0
+    where = {DOC_VERSION: {"$nin": pending}} if pending else None
+    for page in iter_pages(store, where):
+        for meta in page["metadatas"] or []:
+            meta = meta or {}
+            visible += 1
+            source = str(meta.get("source", "?"))
+            entry = documents.setdefault(
+                source,
+                {"source": source, "doc_id": meta.get("doc_id"), "chunks": 0, "pages": set()},
+            )
+            entry["chunks"] += 1
+            if "page" in meta:
+                last = int(meta.get("page_end", meta["page"]))
+                entry["pages"].update(range(int(meta["page"]), last + 1))
+    incomplete: dict[str, dict[str, Any]] = {}
+    if pending:
+        for page in iter_pages(store, {DOC_VERSION: {"$in": pending}}):
+            for meta in page["metadatas"] or []:
+                meta = meta or {}
+                entry = incomplete.setdefault(
+                    str(meta.get(DOC_VERSION)),
+                    {
+                        "source": str(meta.get("source", "?")),
+                        "doc_id": meta.get("doc_id"),
+                        "chunks_written": 0,
+                        "chunk_count": meta.get("chunk_count"),
+                    },
+                )
+                entry["chunks_written"] += 1
+    return {
+        "collection": store._collection.name,
+        "chunks": visible,
+        "documents": [
+            {**doc, "pages": len(doc["pages"])}
+            for doc in sorted(documents.values(), key=lambda d: d["source"])
+        ],
+        "incomplete": sorted(incomplete.values(), key=lambda d: d["source"]),
+        "embedding_model": metadata.get(META_MODEL),
+        "embedding_dimension": metadata.get(META_DIMENSION),
+    }
+
+
+# -- writing --------------------------------------------------------------------------------
+
+
+def max_write(store: Chroma) -> int:
+    """The most records Chroma takes in one call (5,461 for embedded Chroma 1.5)."""
+    try:
+        return max(1, int(store._client.get_max_batch_size()))
+    except Exception:
+        return 1000
+
+
+def present_ids(store: Chroma, ids: Sequence[str]) -> set[str]:
+    """Which of ``ids`` the collection holds (visible or not)."""
+    collection = _store_collection(store)
+    if collection is None or not ids:
+        return set()
+    return set(collection.get(ids=list(ids), include=[])["ids"])
+
+
+def write_records(
+    store: Chroma,
+    ids: Sequence[str],
+    vectors: Any,
+    metadatas: Sequence[dict[str, Any]],
+    documents: Sequence[str],
+) -> None:
+    """Upsert records in one Chroma call (one transaction): all are written or none."""
+    collection = prepare_write(store)
+    collection.upsert(
+        ids=list(ids), embeddings=vectors, metadatas=list(metadatas), documents=list(documents)
+    )
+
+
+def delete_where(store: Chroma, where: dict) -> None:
+    """Delete every record matching ``where`` in one Chroma call."""
+    collection = _store_collection(store)
+    if collection is not None:
+        collection.delete(where=where)
+
+
+def delete_ids(store: Chroma, ids: Sequence[str], batch: int) -> None:
+    """Delete records by id, ``batch`` per call."""
+    collection = _store_collection(store)
+    if collection is None:
+        return
+    for start in range(0, len(ids), batch):
+        collection.delete(ids=list(ids[start : start + batch]))
+
+
+# -- servers ------------------------------------------------------------------------------
+
 
 def server_url(store: Chroma) -> str | None:
     """The address of the Chroma server behind ``store``; None for an embedded store."""
+    if isinstance(store, HydeChroma):
+        return store.location.server
     try:
         settings = store._client.get_settings()
     except Exception:
@@ -129,10 +996,11 @@ def lost_server(
     """The error to raise when ``exc`` means ``store``'s Chroma server can no longer be reached.
 
     That is: somewhere in ``exc``'s chain (causes and contexts) a connection error of a
-    request to this store's server (refused, reset, cut mid-reply). None for anything
-    else, including connection errors to other hosts (a remote LLM's, say), so that
-    callers can keep treating those as the failure of one step. ``resume`` ends the
-    message: how the caller's work continues once the server is back.
+    request to this store's server (refused, reset, cut mid-reply, or no answer within
+    the timeout). None for anything else, including connection errors to other hosts (a
+    remote LLM's, say), so that callers can keep treating those as the failure of one
+    step. ``resume`` ends the message: how the caller's work continues once the server
+    is back.
 
     Example:
         >>> from hyde_lc import open_store
@@ -143,8 +1011,6 @@ def lost_server(
         ...     raise (lost_server(store, exc) or exc) from exc  # doctest: +SKIP
 
     """
-    import httpx
-
     url = server_url(store)
     if url is None:
         return None
@@ -159,6 +1025,15 @@ def lost_server(
             except RuntimeError:  # no request attached: cannot tell whose it was
                 target = None
             if target is not None and (target.host, target.port) == (wanted.host, wanted.port):
+                if isinstance(current, httpx.TimeoutException):
+                    where = getattr(store, "location", None)
+                    seconds = f" within {where.timeout:g} s" if where else ""
+                    return StoreUnavailableError(
+                        f"the Chroma server at {url} did not answer{seconds} "
+                        f"({type(current).__name__}). Check that it is running and not "
+                        f"stuck; if it is only slow, raise {TIMEOUT_ENV} (seconds). Then "
+                        f"{resume}."
+                    )
                 return StoreUnavailableError(
                     f"lost the Chroma server at {url} ({type(current).__name__}: {current}). "
                     f"Start it again on the same data folder (chroma run --path DIR "
@@ -183,152 +1058,7 @@ def server_lost_as_error(store: Chroma, resume: str) -> Iterator[None]:
         raise lost from exc
 
 
-def collection_exists(location: StoreLocation) -> bool:
-    """Whether the collection exists, without creating the store or the collection."""
-    if location.path is not None and not location.path.exists():
-        return False
-    try:
-        names = [getattr(c, "name", c) for c in location.client().list_collections()]
-    except StoreError:
-        raise
-    except Exception as exc:
-        raise StoreError(f"cannot open {location.describe()}: {exc}") from exc
-    return location.collection in names
-
-
-def check_embeddings(store: Chroma, embeddings: Embeddings, location: str = "") -> None:
-    """Refuse an embedding model other than the one the collection was built with.
-
-    An empty collection with no record adopts ``embeddings``; a non-empty one with no
-    record (not built by hyde_lc) is refused, since its vectors cannot be vouched for.
-    """
-    collection = store._collection
-    metadata = dict(collection.metadata or {})
-    wanted = embedding_model_id(embeddings)
-    built_with = metadata.get(META_MODEL)
-    where = location or collection.name
-    if built_with is None:
-        if collection.count() > 0:
-            raise StoreError(
-                f"{where} holds {collection.count()} vectors but no record of their embedding "
-                "model (it was not built by hyde_lc). Ingest into a new collection "
-                "(--collection NAME) instead."
-            )
-        dimension = getattr(embeddings, "dimension", None) or len(embeddings.embed_query("dim"))
-        metadata.update({META_MODEL: wanted, META_DIMENSION: int(dimension)})
-        metadata.pop("hnsw:space", None)  # set through the configuration, not metadata
-        collection.modify(metadata=metadata)
-    elif built_with != wanted:
-        raise EmbeddingMismatchError(
-            f"{where} was built with embedding model {built_with!r} "
-            f"({metadata.get(META_DIMENSION)} dimensions); you asked for {wanted!r}. "
-            f"Use --embeddings {built_with} (HYDE_LC_EMBEDDINGS={built_with}), or ingest "
-            "into another collection (--collection NAME) to use the new model."
-        )
-    else:
-        dimension = declared_dimension(embeddings)
-        if dimension is not None:
-            check_dimension(store, dimension, location)
-
-
-def declared_dimension(embeddings: Embeddings) -> int | None:
-    """The vector length an embeddings object states (``dimension``/``dimensions``), if any."""
-    for attr in ("dimension", "dimensions"):
-        value = getattr(embeddings, attr, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
-
-
-def check_dimension(store: Chroma, dimension: int, location: str = "") -> None:
-    """Refuse vectors of another length than the collection records (same model id).
-
-    Raises `EmbeddingMismatchError` before anything is searched or written; Chroma's own
-    error would come later and not say what to do.
-    """
-    collection = store._collection
-    metadata = collection.metadata or {}
-    recorded = metadata.get(META_DIMENSION)
-    if recorded is None or int(recorded) == dimension:
-        return
-    model = metadata.get(META_MODEL)
-    raise EmbeddingMismatchError(
-        f"{location or collection.name} holds {recorded}-dimensional vectors from "
-        f"{model!r}, but these embeddings give {dimension} dimensions (same model name, "
-        f"other settings?). Use the settings the collection was built with ({recorded} "
-        "dimensions), or ingest into another collection (--collection NAME)."
-    )
-
-
-def open_store(
-    path: str | os.PathLike | None = None,
-    *,
-    url: str | None = None,
-    collection: str | None = None,
-    embeddings: Embeddings | None = None,
-) -> Chroma:
-    """Open (creating if needed) a hyde_lc collection as a LangChain `Chroma` store.
-
-    With no arguments: the collection ``hyde_lc`` in ``./.hyde_lc`` with the default
-    embeddings. The embedding model is checked against the one the collection was
-    built with (`EmbeddingMismatchError` when they differ).
-    """
-    location = StoreLocation.resolve(path, url, collection)
-    embeddings = embeddings or load_embeddings()
-    try:
-        store = Chroma(
-            collection_name=location.collection,
-            embedding_function=embeddings,
-            client=location.client(),
-            collection_configuration={"hnsw": {"space": "cosine"}},
-        )
-    except StoreError:
-        raise
-    except Exception as exc:  # chromadb's errors: bad name, unwritable folder, ...
-        raise StoreError(f"cannot open {location.describe()}: {exc}") from exc
-    check_embeddings(store, embeddings, location.describe())
-    return store
-
-
-def iter_metadatas(store: Chroma, where: dict | None = None) -> list[tuple[str, dict]]:
-    """All (id, metadata) pairs of the collection, read in pages (no embeddings)."""
-    collection = store._collection
-    out: list[tuple[str, dict]] = []
-    offset = 0
-    while True:
-        page = collection.get(where=where, include=["metadatas"], limit=_PAGE, offset=offset)
-        metadatas: list[Any] = list(page["metadatas"] or [{}] * len(page["ids"]))
-        out.extend(zip(page["ids"], metadatas, strict=True))
-        if len(page["ids"]) < _PAGE:
-            return out
-        offset += _PAGE
-
-
-def collection_info(store: Chroma) -> dict[str, Any]:
-    """Facts about a collection: chunks, documents, embedding model and dimension."""
-    collection = store._collection
-    metadata = collection.metadata or {}
-    documents: dict[str, dict[str, Any]] = {}
-    for _, meta in iter_metadatas(store):
-        source = str(meta.get("source", "?"))
-        entry = documents.setdefault(
-            source, {"source": source, "doc_id": meta.get("doc_id"), "chunks": 0, "pages": set()}
-        )
-        entry["chunks"] += 1
-        if "page" in meta:
-            last = int(meta.get("page_end", meta["page"]))
-            entry["pages"].update(range(int(meta["page"]), last + 1))
-    return {
-        "collection": collection.name,
-        "chunks": collection.count(),
-        "documents": [
-            {**doc, "pages": len(doc["pages"])}
-            for doc in sorted(documents.values(), key=lambda d: d["source"])
-        ],
-        "embedding_model": metadata.get(META_MODEL),
-        "embedding_dimension": metadata.get(META_DIMENSION),
-    }
-
+# -- one writer per folder ----------------------------------------------------------------
 
 LOCK_FILE = "hyde_lc.lock"
 """In an embedded store's folder: locked (``flock``) by whichever process is writing it."""
@@ -336,6 +1066,8 @@ LOCK_FILE = "hyde_lc.lock"
 
 def store_folder(store: Chroma) -> Path | None:
     """The folder of an embedded (persistent) Chroma store; None for a server or in memory."""
+    if isinstance(store, HydeChroma):
+        return store.location.path
     try:
         settings = store._client.get_settings()
     except Exception:
@@ -353,9 +1085,12 @@ def refresh_store(store: Chroma) -> None:
     searches (chroma-core/chroma#3792), and a write on top of such a stale index would
     drop the other process's vectors from the index. `write_lock` calls this once it
     holds the lock; a long-lived reader can call it to see what others ingested. Calls
-    already running finish on the old view. A no-op for a Chroma server.
+    already running finish on the old view. A no-op for a Chroma server, and for a
+    store whose client is not open yet.
     """
     if store_folder(store) is None:
+        return
+    if isinstance(store, HydeChroma) and store._hyde_lc_client is None:
         return
     from chromadb.api.rust import RustBindingsAPI
 
@@ -370,15 +1105,17 @@ def write_lock(store: Chroma) -> Iterator[None]:
 
     Embedded Chroma is not process-safe: two processes writing one folder at once
     corrupt its vector index. So writers take an exclusive lock on ``hyde_lc.lock`` in
-    the folder, and anyone else waits for it; the operating system releases it when its
-    holder exits or is killed, so a crash never leaves it stuck. Once the lock is held,
-    the store is refreshed (`refresh_store`) so the write builds on what other
-    processes wrote. A Chroma server orders concurrent writes itself: no lock there.
+    the folder (creating the folder: call this only to write), and anyone else waits for
+    it; the operating system releases it when its holder exits or is killed, so a crash
+    never leaves it stuck. Once the lock is held, the store is refreshed
+    (`refresh_store`) so the write builds on what other processes wrote. A Chroma server
+    orders concurrent writes itself: no lock there.
     """
     folder = store_folder(store)
     if folder is None or fcntl is None:
         yield
         return
+    ensure_writable(store)
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / LOCK_FILE).open("a+") as handle:
         try:

@@ -1,0 +1,572 @@
+"""Reading files for ingestion: which files, how their text decodes, in bounded segments.
+
+Each file becomes one *document*: its pages' text joined with blank lines (pages with
+almost no text, such as scans or blank pages, are skipped and reported). Text files are
+read as UTF-8, UTF-16/32 with a byte-order mark, else Windows-1252 with a note.
+
+A text file is never held whole: a first pass (`scan_file`) decodes it block by block to
+check it and to hash its text (the document id is that hash), and later passes read it
+again as *segments* of at most `SEGMENT_CHARS` characters, cut at a paragraph break
+(`iter_segments`). A document of one segment is split exactly as a whole; a longer one
+is split segment by segment, and its id says so.
+
+Example:
+    >>> from hyde_lc.documents import scan_file
+    >>> source = scan_file(Path("notes.txt"))  # doctest: +SKIP
+    >>> source.doc_id, source.length  # doctest: +SKIP
+    ('3f2a9c...', 48211)
+
+"""
+
+from __future__ import annotations
+
+import bisect
+import codecs
+import hashlib
+import logging
+import os
+import re
+import stat
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from hyde_lc.errors import IngestError
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_SUFFIXES = (".pdf", ".txt", ".md")
+MIN_PAGE_CHARS = 20
+"""Pages with fewer non-blank characters than this are skipped (scans, blank pages)."""
+PAGE_SEPARATOR = "\n\n"
+MAX_FILE_BYTES = 512 * 1024 * 1024
+"""Files larger than this are refused before reading; ``ingest_paths(max_file_bytes=...)``
+/ ``--max-file-mb`` change it."""
+SEGMENT_CHARS = 4 * 1024 * 1024
+"""The most characters of a document split at once. Ingestion holds about one segment's
+text, chunks and vectors at a time, whatever the file's size; a document longer than
+this is split segment by segment (chunks do not cross segments)."""
+_READ_BLOCK = 1024 * 1024
+_HEAD_BYTES = 8192
+_NON_BLANK = re.compile(r"\S+")
+_BINARY_BYTES = [bytes([b]) for b in (*range(0, 8), *range(14, 27), *range(28, 32))]
+"""Control bytes that text files do not use (backspace, tab, newlines, form feed and
+escape are left out)."""
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+_KINDS = {
+    stat.S_IFIFO: "a named pipe (FIFO)",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a folder",
+}
+
+
+# -- which files ----------------------------------------------------------------------------
+
+
+@dataclass
+class Skipped:
+    """Something inside a folder that was not ingested, and why."""
+
+    path: str
+    reason: str
+
+
+@dataclass
+class Discovery:
+    """The files to ingest, and what was passed over inside folders."""
+
+    files: list[Path]
+    skipped: list[Skipped] = field(default_factory=list)
+
+
+def _not_regular(path: Path) -> str | None:
+    """Why ``path`` is not a regular file one can read (None if it is one)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        return f"cannot read it: {exc.strerror or exc}"
+    if stat.S_ISREG(mode):
+        return None
+    kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+    return f"it is {kind}, not a regular file"
+
+
+def check_regular_file(path: Path) -> None:
+    """Refuse anything but a regular file (a FIFO would block reading for ever)."""
+    why = _not_regular(path)
+    if why is not None:
+        raise IngestError(
+            f"{path}: {why}. hyde_lc ingests regular {', '.join(SUPPORTED_SUFFIXES)} files; "
+            "copy the content into a file and ingest that"
+        )
+
+
+def find_files(paths: Iterable[str | Path]) -> Discovery:
+    """Expand files and folders (recursively) into the supported files, sorted.
+
+    A path given by name must be a supported, regular, readable file or a folder
+    (`IngestError` otherwise). Inside folders, sub-folders that cannot be read and
+    supported names that are not regular files (pipes, devices, sockets, broken links)
+    or cannot be read are passed over and listed in ``skipped``.
+    """
+    found: list[Path] = []
+    skipped: list[Skipped] = []
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if not path.exists():
+            raise IngestError(f"no such file or folder: {path}")
+        if path.is_dir():
+            inside = _walk(path, skipped)
+            if not inside:
+                raise IngestError(
+                    f"folder {path} contains no supported files ({', '.join(SUPPORTED_SUFFIXES)})"
+                )
+            found.extend(inside)
+        elif path.suffix.lower() in SUPPORTED_SUFFIXES:
+            check_regular_file(path)
+            found.append(path)
+        else:
+            raise IngestError(
+                f"{path}: unsupported file type {path.suffix or '(none)'}; "
+                f"hyde_lc ingests {', '.join(SUPPORTED_SUFFIXES)}"
+            )
+    return Discovery(list(dict.fromkeys(p.resolve() for p in found)), skipped)
+
+
+def _walk(folder: Path, skipped: list[Skipped]) -> list[Path]:
+    """Supported regular files under ``folder`` (links to folders are not followed)."""
+    errors: list[OSError] = []
+    inside: list[Path] = []
+    for root, _, names in os.walk(folder, onerror=errors.append):
+        for name in names:
+            path = Path(root) / name
+            if path.suffix.lower() not in SUPPORTED_SUFFIXES:
+                continue
+            why = _not_regular(path)
+            if why is None and not os.access(path, os.R_OK):
+                why = "cannot read it: permission denied"
+            if why is None:
+                inside.append(path)
+            else:
+                skipped.append(Skipped(str(path), f"skipped: {why}"))
+    for error in errors:
+        where = Path(error.filename) if error.filename else folder
+        if where == folder:
+            raise IngestError(f"cannot read folder {folder}: {error.strerror or error}")
+        skipped.append(
+            Skipped(
+                str(where),
+                f"folder skipped: cannot read it ({error.strerror or error}); its files were "
+                "not ingested",
+            )
+        )
+    return sorted(inside)
+
+
+def discover_files(paths: Iterable[str | Path]) -> list[Path]:
+    """The supported files in ``paths`` (see `find_files`, which also says what it passed over)."""
+    return find_files(paths).files
+
+
+def check_file_size(path: Path, max_bytes: int | None = MAX_FILE_BYTES) -> None:
+    """Refuse a file that is not a regular file, or larger than ``max_bytes`` (None: no limit)."""
+    check_regular_file(path)
+    if max_bytes is None:
+        return
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise IngestError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if size > max_bytes:
+        raise IngestError(
+            f"{path} is {size / 2**20:,.1f} MB, above the {max_bytes / 2**20:,.1f} MB limit "
+            "for one file. Split it into smaller files, or raise the limit (--max-file-mb, "
+            "or max_file_bytes=...)"
+        )
+
+
+# -- decoding -------------------------------------------------------------------------------
+
+
+def _read_head(path: Path) -> bytes:
+    try:
+        with path.open("rb") as fh:
+            return fh.read(_HEAD_BYTES)
+    except OSError as exc:
+        raise IngestError(
+            f"cannot read {path}: {exc.strerror or exc}; check that it is a readable file"
+        ) from exc
+
+
+def _decoded_blocks(path: Path, encoding: str, errors: str) -> Iterator[str]:
+    """The file's text, decoded block by block (no whole-file copy)."""
+    decoder = codecs.getincrementaldecoder(encoding)(errors)
+    try:
+        with path.open("rb") as fh:
+            while block := fh.read(_READ_BLOCK):
+                text = decoder.decode(block)
+                if text:
+                    yield text
+    except OSError as exc:
+        raise IngestError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    tail = decoder.decode(b"", final=True)
+    if tail:
+        yield tail
+
+
+def _looks_binary(head: bytes) -> bool:
+    """Whether a file's first bytes look binary (or like UTF-16 without a byte-order mark).
+
+    That is: NUL bytes, with control bytes that text does not use making up 5% or more
+    of the start. A text file with a stray NUL or many escape sequences reads as text.
+    """
+    if b"\x00" not in head:
+        return False
+    controls = sum(head.count(byte) for byte in _BINARY_BYTES)
+    return controls >= 0.05 * len(head)
+
+
+def _has_text(text: str) -> bool:
+    """Whether ``text`` holds at least `MIN_PAGE_CHARS` non-blank characters (no copy)."""
+    return _non_blank(text, MIN_PAGE_CHARS) >= MIN_PAGE_CHARS
+
+
+def _non_blank(text: str, enough: int) -> int:
+    count = 0
+    for match in _NON_BLANK.finditer(text):
+        count += match.end() - match.start()
+        if count >= enough:
+            break
+    return count
+
+
+def document_id(digest: Any, length: int) -> str:
+    """The id of a document version: its text's hash (``digest``, a sha256 of its UTF-8).
+
+    A document longer than one segment is split segment by segment, so its chunks
+    differ from a split of the whole: its id says so (and changes with the segment size).
+    """
+    if length <= SEGMENT_CHARS:
+        return str(digest.hexdigest())[:20]
+    marked = hashlib.sha256(digest.digest() + f"\0segments of {SEGMENT_CHARS}".encode())
+    return marked.hexdigest()[:20]
+
+
+@dataclass
+class _TextRead:
+    encoding: str
+    errors: str
+    digest: Any
+    length: int
+    has_text: bool
+    text: str | None
+
+
+def _read_text(path: Path, notes: list[str], keep_up_to: float) -> _TextRead | None:
+    """Decode a text file once: its encoding, hash, length, and its text if short enough.
+
+    None for a 0-byte file. Raises `IngestError` for a file that is not text.
+    """
+    head = _read_head(path)
+    if not head:
+        notes.append("empty file (0 bytes)")
+        return None
+    encoding = next((enc for bom, enc in _BOMS if head.startswith(bom)), None)
+    if encoding is not None:
+        try:
+            read = _hash_text(path, encoding, "strict", keep_up_to)
+        except UnicodeDecodeError as exc:
+            raise IngestError(
+                f"{path} starts with a {encoding.upper()} byte-order mark but is not valid "
+                f"{encoding.upper()} ({exc.reason}); convert it to UTF-8 and ingest that"
+            ) from exc
+        notes.append(f"read as {encoding.upper()} (it starts with a byte-order mark)")
+        return read
+    if _looks_binary(head):
+        raise IngestError(
+            f"{path} is named {path.suffix} but does not look like text (NUL and other "
+            "control bytes, as in binary files). Leave it out; if it is UTF-16 text without "
+            "a byte-order mark, convert it first: iconv -f UTF-16LE -t UTF-8"
+        )
+    try:
+        return _hash_text(path, "utf-8-sig", "strict", keep_up_to)
+    except UnicodeDecodeError:
+        notes.append("not valid UTF-8; read as Windows-1252")
+        return _hash_text(path, "cp1252", "replace", keep_up_to)
+
+
+def _hash_text(path: Path, encoding: str, errors: str, keep_up_to: float) -> _TextRead:
+    digest = hashlib.sha256()
+    length = 0
+    non_blank = 0
+    parts: list[str] | None = []
+    for block in _decoded_blocks(path, encoding, errors):
+        digest.update(block.encode("utf-8"))
+        length += len(block)
+        if non_blank < MIN_PAGE_CHARS:
+            non_blank += _non_blank(block, MIN_PAGE_CHARS)
+        if parts is not None:
+            parts.append(block)
+            if length > keep_up_to:
+                parts = None
+    text = "".join(parts) if parts is not None else None
+    return _TextRead(encoding, errors, digest, length, non_blank >= MIN_PAGE_CHARS, text)
+
+
+def _pdf_pages(path: Path, notes: list[str]) -> list[tuple[int, str]]:
+    from langchain_community.document_loaders import PyPDFLoader
+    from pypdf.errors import DependencyError, FileNotDecryptedError
+
+    head = _read_head(path)
+    if not head:
+        notes.append("empty file (0 bytes)")
+        return []
+    if b"%PDF-" not in head[:1024]:
+        raise IngestError(f"{path} is named .pdf but is not a PDF file (no %PDF header)")
+    decrypt = (
+        f"Decrypt it first, e.g. `qpdf --decrypt --password=PASSWORD {path} decrypted.pdf`, "
+        "and ingest the decrypted copy"
+    )
+    try:
+        pages = PyPDFLoader(str(path), mode="page").load()
+    except FileNotDecryptedError as exc:
+        raise IngestError(
+            f"{path} is encrypted with a password, so its text cannot be read. {decrypt}"
+        ) from exc
+    except DependencyError as exc:
+        raise IngestError(
+            f"{path} is encrypted (AES), which pypdf reads only with the `cryptography` "
+            f"package ({exc}): pip install cryptography, or {decrypt[0].lower()}{decrypt[1:]}"
+        ) from exc
+    except Exception as exc:
+        raise IngestError(
+            f"{path}: pypdf could not read this PDF ({exc}); it is damaged or truncated (an "
+            "interrupted download or copy?). Re-download or re-export it, or leave it out"
+        ) from exc
+    return [
+        (int(page.metadata.get("page", i)) + 1, page.page_content) for i, page in enumerate(pages)
+    ]
+
+
+def _join_pages(
+    pages: list[tuple[int, str]], is_pdf: bool, notes: list[str]
+) -> tuple[str, list[int], list[int]]:
+    """The document text of kept pages, where each starts, and their numbers."""
+    text_parts: list[str] = []
+    starts: list[int] = []
+    numbers: list[int] = []
+    offset = 0
+    for number, page_text in pages:
+        if not _has_text(page_text):
+            if is_pdf:
+                notes.append(f"page {number} skipped: no extractable text (blank or scanned)")
+            else:
+                notes.append(
+                    f"too little text to index (under {MIN_PAGE_CHARS} non-blank characters)"
+                )
+            continue
+        if text_parts:
+            offset += len(PAGE_SEPARATOR)
+        starts.append(offset)
+        numbers.append(number)
+        text_parts.append(page_text)
+        offset += len(page_text)
+    if is_pdf and pages and not text_parts:
+        notes.append(
+            "no page has extractable text: if it is a scan, run OCR on it first "
+            "(e.g. ocrmypdf in.pdf out.pdf) and ingest the result"
+        )
+    return PAGE_SEPARATOR.join(text_parts), starts, numbers
+
+
+# -- documents ------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadedDocument:
+    """One file's text in memory, with the document offset where each kept page starts."""
+
+    source: str
+    text: str
+    page_starts: list[int]
+    page_numbers: list[int]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def doc_id(self) -> str:
+        """Content-derived id: the same text always gives the same id (`document_id`)."""
+        return document_id(hashlib.sha256(self.text.encode("utf-8")), len(self.text))
+
+    def page_at(self, offset: int) -> int:
+        """The 1-based page number that holds character ``offset``."""
+        return _page_at(self.page_starts, self.page_numbers, offset)
+
+
+def _page_at(starts: list[int], numbers: list[int], offset: int) -> int:
+    return numbers[max(0, bisect.bisect_right(starts, offset) - 1)]
+
+
+def load_document(path: Path, max_bytes: int | None = MAX_FILE_BYTES) -> LoadedDocument:
+    """Read one file's whole text into a `LoadedDocument` (pages with almost no text skipped).
+
+    Raises `IngestError` for a file that cannot be read as what its name says; a file
+    with no text gives an empty document whose ``notes`` say why. Holds about two copies
+    of the text while reading; ingestion itself streams (`scan_file`).
+    """
+    path = Path(path)
+    check_file_size(path, max_bytes)
+    notes: list[str] = []
+    if path.suffix.lower() == ".pdf":
+        text, starts, numbers = _join_pages(_pdf_pages(path, notes), True, notes)
+    else:
+        read = _read_text(path, notes, keep_up_to=float("inf"))
+        pages = [(1, read.text or "")] if read is not None else []
+        text, starts, numbers = _join_pages(pages, False, notes)
+    return LoadedDocument(str(path), text, starts, numbers, notes)
+
+
+@dataclass
+class TextSource:
+    """A file checked and hashed by `scan_file`, ready to be read again in segments.
+
+    ``text`` holds the document text when it was kept from the first pass (short texts
+    and PDFs); otherwise `blocks` decodes the file again, and checks that its text is
+    still the one hashed.
+    """
+
+    path: Path
+    kind: Literal["text", "pdf"]
+    doc_id: str
+    length: int
+    notes: list[str]
+    page_starts: list[int] = field(default_factory=lambda: [0])
+    page_numbers: list[int] = field(default_factory=lambda: [1])
+    encoding: str = "utf-8"
+    errors: str = "strict"
+    text: str | None = None
+    digest: str = ""
+
+    @property
+    def source(self) -> str:
+        """The file's path as stored in each chunk's ``source``."""
+        return str(self.path)
+
+    def page_at(self, offset: int) -> int:
+        """The 1-based page number that holds character ``offset``."""
+        return _page_at(self.page_starts, self.page_numbers, offset)
+
+    def blocks(self) -> Iterator[str]:
+        """The document text in blocks; raises `IngestError` if the file changed since."""
+        if self.length == 0:
+            return
+        if self.text is not None:
+            yield self.text
+            return
+        digest = hashlib.sha256()
+        if self.kind == "pdf":
+            text, _, _ = _join_pages(_pdf_pages(self.path, []), True, [])
+            digest.update(text.encode("utf-8"))
+            yield text
+        else:
+            for block in _decoded_blocks(self.path, self.encoding, self.errors):
+                digest.update(block.encode("utf-8"))
+                yield block
+        if digest.hexdigest() != self.digest:
+            raise IngestError(
+                f"{self.path} changed while it was being ingested. Ingest it again once "
+                "nothing is writing it (what was written of it stays out of searches)"
+            )
+
+    def segments(self) -> Iterator[tuple[int, str]]:
+        """The document text as (offset, segment) pairs (`iter_segments`)."""
+        return iter_segments(self.blocks())
+
+
+def scan_file(
+    path: Path, max_bytes: int | None = MAX_FILE_BYTES, keep_up_to: float = 0
+) -> TextSource:
+    """First pass over one file: check it, hash its text, measure it; no chunks yet.
+
+    Raises `IngestError` for a file that cannot be read as what its name says. The text
+    is kept in the result when it has at most ``keep_up_to`` characters (a PDF's text
+    too, since parsing it again is slow), else read again when needed.
+    """
+    path = Path(path)
+    check_file_size(path, max_bytes)
+    notes: list[str] = []
+    if path.suffix.lower() == ".pdf":
+        text, starts, numbers = _join_pages(_pdf_pages(path, notes), True, notes)
+        digest = hashlib.sha256(text.encode("utf-8"))
+        return TextSource(
+            path,
+            "pdf",
+            document_id(digest, len(text)),
+            len(text),
+            notes,
+            starts,
+            numbers,
+            text=text if len(text) <= keep_up_to else None,
+            digest=digest.hexdigest(),
+        )
+    read = _read_text(path, notes, min(keep_up_to, SEGMENT_CHARS))
+    if read is None or not read.has_text:
+        if read is not None:
+            notes.append(f"too little text to index (under {MIN_PAGE_CHARS} non-blank characters)")
+        empty = hashlib.sha256()
+        return TextSource(path, "text", document_id(empty, 0), 0, notes, digest=empty.hexdigest())
+    return TextSource(
+        path,
+        "text",
+        document_id(read.digest, read.length),
+        read.length,
+        notes,
+        encoding=read.encoding,
+        errors=read.errors,
+        text=read.text,
+        digest=read.digest.hexdigest(),
+    )
+
+
+def _cut(text: str, start: int, size: int) -> int:
+    """Where to end the segment of ``text`` that begins at ``start``: its length.
+
+    Looks only at ``text[start:start + size]``, so the cut depends on the text alone,
+    not on how it was read: after the last blank line in its second half, else the last
+    line break, else the last space, else at ``size`` characters.
+    """
+    for separator in (PAGE_SEPARATOR, "\n", " "):
+        at = text.rfind(separator, start + size // 2, start + size)
+        if at >= 0:
+            return at + len(separator) - start
+    return size
+
+
+def iter_segments(blocks: Iterable[str], size: int | None = None) -> Iterator[tuple[int, str]]:
+    """The text of ``blocks`` as (offset, segment): at most ``size`` characters each.
+
+    A text of at most ``size`` (default `SEGMENT_CHARS`) characters is one segment; a
+    longer one is cut after paragraph breaks (`_cut`). Holds about one segment and one
+    block at a time.
+    """
+    size = size or SEGMENT_CHARS
+    buffer = ""
+    offset = 0
+    for block in blocks:
+        buffer += block
+        start = 0
+        while len(buffer) - start > size:
+            cut = _cut(buffer, start, size)
+            yield offset, buffer[start : start + cut]
+            offset += cut
+            start += cut
+        buffer = buffer[start:]
+    if buffer:
+        yield offset, buffer
