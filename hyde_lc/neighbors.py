@@ -49,6 +49,7 @@ from pydantic import ConfigDict, field_validator, model_validator
 from hyde_lc.errors import HydeLcError
 from hyde_lc.ingest import chunk_id
 from hyde_lc.retriever import HyDERetriever
+from hyde_lc.store import visible_where
 
 REQUIRED_METADATA = ("source", "chunk_index", "start_index")
 
@@ -267,8 +268,12 @@ class NeighborExpandingRetriever(BaseRetriever):
         assert self.vectorstore is not None
         collection = self.vectorstore._collection
         ids = window_ids(windows)
-        if ids is not None:
-            got = collection.get(ids=list(dict.fromkeys(ids)), include=["documents", "metadatas"])
+        if ids is not None:  # documents still being written stay out (visible_where)
+            got = collection.get(
+                ids=list(dict.fromkeys(ids)),
+                where=visible_where(self.vectorstore),
+                include=["documents", "metadatas"],
+            )
         else:
             indexes = sorted({i for w in windows for i in range(w.start, w.end + 1)})
             if all(w.doc_id for w in windows):
@@ -276,6 +281,7 @@ class NeighborExpandingRetriever(BaseRetriever):
             else:  # a collection without doc ids: by source
                 documents = {"source": {"$in": sorted({w.source for w in windows})}}
             where: Any = {"$and": [documents, {"chunk_index": {"$in": indexes}}]}
+            where = visible_where(self.vectorstore, where)
             got = collection.get(where=where, include=["documents", "metadatas"])
         by_source: dict[str, list[Document]] = {}
         texts, metas = got["documents"] or [], got["metadatas"] or []

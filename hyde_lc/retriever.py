@@ -64,7 +64,7 @@ from hyde_lc.fusion import (
 )
 from hyde_lc.hypotheses import Hypotheses, awrite_hypotheses, write_hypotheses
 from hyde_lc.prompts import DEFAULT_PROMPT, get_prompt
-from hyde_lc.store import check_dimension, check_embeddings
+from hyde_lc.store import check_dimension, check_embeddings, search_filter
 
 Fusion = Literal["mean", "concat", "rrf"]
 _DETAILS_KEY = "_hyde_details"
@@ -390,6 +390,8 @@ class HyDERetriever(BaseRetriever):
 
     def _search_one(self, vector: list[float], k: int) -> list[Document]:
         extra = dict(self.search_kwargs)
+        if isinstance(self.vectorstore, Chroma):  # documents still being written stay out
+            extra["filter"] = search_filter(self.vectorstore, extra.get("filter"))
         if self.search_type == "mmr":
             # MMR picks k from fetch_k candidates: fewer candidates than k would return
             # fewer than k documents although the collection has more.

@@ -651,6 +651,15 @@ def visible_where(store: Chroma, where: dict | None = None) -> dict | None:
     return {"$and": [where, hide]} if where else hide
 
 
+def search_filter(store: Chroma, where: dict | None = None) -> dict | None:
+    """The ``filter`` for a LangChain search on ``store`` that leaves pending versions out.
+
+    A store from `open_store` leaves them out itself (``where`` comes back unchanged);
+    any other `Chroma` over a hyde_lc collection gets `visible_where`.
+    """
+    return where if isinstance(store, HydeChroma) else visible_where(store, where)
+
+
 def set_pending(store: Chroma, add: Iterable[str] = (), remove: Iterable[str] = ()) -> list[str]:
     """Change the pending versions in one metadata write (atomic); returns the new list.
 
