@@ -268,11 +268,11 @@ class NeighborExpandingRetriever(BaseRetriever):
         assert self.vectorstore is not None
         collection = self.vectorstore._collection
         ids = window_ids(windows)
-        if ids is not None:  # documents still being written stay out (visible_where)
+        if ids is not None:
+            hide: Any = visible_where(self.vectorstore)  # documents being written stay out
+            extra: dict[str, Any] = {"where": hide} if hide else {}
             got = collection.get(
-                ids=list(dict.fromkeys(ids)),
-                where=visible_where(self.vectorstore),
-                include=["documents", "metadatas"],
+                ids=list(dict.fromkeys(ids)), include=["documents", "metadatas"], **extra
             )
         else:
             indexes = sorted({i for w in windows for i in range(w.start, w.end + 1)})
