@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,9 @@ def _pipeline_options(parser: argparse.ArgumentParser, numbers: dict[str, Any]) 
     group.add_argument("--retrieval-only", action="store_true", help="skip the answer LLM")
 
 
-def _pipeline(args: argparse.Namespace, store: Any, mode: str, window: int) -> Any:
+def _pipeline(
+    args: argparse.Namespace, store: Any, mode: str, window: int, pricing: Any = None
+) -> Any:
     from hyde_lc.cli import _hypothesis_cache
     from hyde_lc.evaluation.records import EvaluationPipeline
 
@@ -62,7 +65,17 @@ def _pipeline(args: argparse.Namespace, store: Any, mode: str, window: int) -> A
         retrieval_only=args.retrieval_only,
         timeout=args.timeout,
         hypothesis_cache=_hypothesis_cache(args.hypothesis_cache),
+        pricing=pricing,
     )
+
+
+def _not_the_question_file(out: Path, questions: str, flag: str) -> None:
+    """Refuse an output path that is the question file: even --restart must not empty it."""
+    if out.exists() and out.resolve() == Path(questions).resolve():
+        raise HydeLcError(
+            f"{flag} {out} is the question file: the records go to a file of their own, e.g. "
+            f"{flag} {out.with_name(out.stem + '-results.jsonl')}"
+        )
 
 
 def _judge(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -83,25 +96,46 @@ def _metrics(args: argparse.Namespace) -> list[str] | None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    """``hyde-lc evaluate``: one Ragas-ready record per question, resumable."""
-    from hyde_lc.cli import _open
-    from hyde_lc.evaluation.ragas_metrics import mean_scores, score_records
-    from hyde_lc.evaluation.runs import evaluate_questions, read_questions, read_records
+    """``hyde-lc evaluate``: one Ragas-ready record per question, resumable.
 
-    questions = read_questions(args.questions)  # a bad file fails before models load
+    The question file, the pricing table and the output file are checked before the store
+    or any model is opened; the settings of a resumed file once the pipeline is built,
+    before any question is asked.
+    """
+    from hyde_lc.cli import _open
+    from hyde_lc.evaluation.pricing import PricingTable
+    from hyde_lc.evaluation.ragas_metrics import mean_scores, score_records
+    from hyde_lc.evaluation.runs import (
+        check_output_file,
+        evaluate_questions,
+        read_questions,
+        read_records,
+    )
+
+    questions = read_questions(args.questions)
+    out = Path(args.out)
+    _not_the_question_file(out, args.questions, "--out")
+    pricing = PricingTable.load()
+    check_output_file(out, resume=not args.restart)
     store = _open(args, must_exist=True)
-    pipeline = _pipeline(args, store, args.mode, args.window)
+    pipeline = _pipeline(args, store, args.mode, args.window, pricing)
     summary = evaluate_questions(
         questions,
         pipeline,
-        args.out,
+        out,
         resume=not args.restart,
         retry_errors=args.retry_errors,
     )
     print(
         f"{pipeline.retrieval_method}: {summary.done} answered, {summary.skipped} already in "
-        f"{args.out}, {summary.failed} failed (recorded with metadata.error)"
+        f"{out}, {summary.failed} failed (recorded with metadata.error)"
     )
+    if summary.set_aside:
+        print(
+            f"hyde-lc: {len(summary.set_aside)} line(s) of {out} that were not records are "
+            f"kept in {summary.corrupt_file}",
+            file=sys.stderr,
+        )
     if args.score:
         judge_llm, judge_embeddings = _judge(args)
         records = read_records(args.out)
@@ -117,27 +151,37 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     """``hyde-lc compare``: the same questions through each mode, one report directory."""
     from hyde_lc.cli import _open
-    from hyde_lc.evaluation.compare import compare_modes
+    from hyde_lc.evaluation.compare import check_out_dir, compare_modes
+    from hyde_lc.evaluation.pricing import PricingTable
     from hyde_lc.evaluation.runs import read_questions
 
     questions = read_questions(args.questions)
-    store = _open(args, must_exist=True)
-    pipelines = {mode: _pipeline(args, store, mode, 0) for mode in args.modes}
-    if args.window:
-        pipelines[f"hyde-window{args.window}"] = _pipeline(args, store, "hyde", args.window)
-    if len(pipelines) < 2:
+    modes = [*args.modes, *([f"hyde-window{args.window}"] if args.window else [])]
+    if len(set(modes)) < 2:
         raise HydeLcError("compare needs two modes or more: --modes standard hyde, or --window N")
+    folder = Path(args.out_dir)
+    for mode in modes:
+        _not_the_question_file(folder / f"{mode}.jsonl", args.questions, "--out-dir")
+    pricing = PricingTable.load()
+    check_out_dir(folder, modes, resume=not args.restart)
+    store = _open(args, must_exist=True)
+    pipelines = {mode: _pipeline(args, store, mode, 0, pricing) for mode in args.modes}
+    if args.window:
+        pipelines[f"hyde-window{args.window}"] = _pipeline(
+            args, store, "hyde", args.window, pricing
+        )
     judge_llm, judge_embeddings = _judge(args)
     if args.pairwise and judge_llm is None:
         raise HydeLcError("--pairwise needs a judge model: add --judge SPEC")
     report = compare_modes(
         questions,
         pipelines,
-        Path(args.out_dir),
+        folder,
         metrics=_metrics(args),
         judge_llm=judge_llm,
         judge_embeddings=judge_embeddings,
         pairwise_judge=judge_llm if args.pairwise else None,
+        resume=not args.restart,
     )
     keys = [k for k, v in report.aggregates[report.modes[0]].items() if not isinstance(v, str)]
     width = max(len(k) for k in keys)
@@ -172,7 +216,9 @@ def add_commands(sub: Any, store_args: Any, numbers: dict[str, Any]) -> None:
         metavar="N",
         help="widen each hit with N neighbouring chunks on each side",
     )
-    evaluate.add_argument("--restart", action="store_true", help="start --out afresh")
+    evaluate.add_argument(
+        "--restart", action="store_true", help="start --out afresh (its records are lost)"
+    )
     evaluate.add_argument(
         "--retry-errors", action="store_true", help="redo the questions that failed before"
     )
@@ -200,6 +246,11 @@ def add_commands(sub: Any, store_args: Any, numbers: dict[str, Any]) -> None:
     compare.add_argument("--judge", metavar="SPEC", help="judge model for LLM-judged metrics")
     compare.add_argument(
         "--pairwise", action="store_true", help="the judge also compares the first two answers"
+    )
+    compare.add_argument(
+        "--restart",
+        action="store_true",
+        help="start every mode's records in --out-dir afresh (they are lost)",
     )
     _pipeline_options(compare, numbers)
     store_args(compare)

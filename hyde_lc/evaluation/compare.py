@@ -1,8 +1,8 @@
 """Standard vs HyDE (vs expansion) on the same questions: metrics, tokens, cost, latency.
 
 `compare_modes` runs each named `EvaluationPipeline` over the questions (each into its
-own resumable ``<mode>.jsonl``), scores the records with Ragas (`score_records`), and
-writes a report directory a person can open:
+own resumable ``<mode>.jsonl``, see `evaluate_questions`), scores the records with Ragas
+(`score_records`), and writes a report directory a person can open:
 
 - ``report.html``: aggregate table, per-question table, and the plots below;
 - ``metrics.png`` (metric bars per mode), ``latency.png`` (mean seconds per stage),
@@ -11,6 +11,13 @@ writes a report directory a person can open:
 
 Optionally an LLM judge compares the two modes' answers question by question, asked in
 both orders so position bias cancels (a split verdict counts as a tie).
+
+Every mode's file is checked before the first question is asked: a file made with other
+settings (``k``, window, models...) or one that is not a results file is refused, naming
+the differences, so a report never mixes runs; ``resume=False`` (``--restart``) starts
+them afresh. One compare writes a folder at a time (each file and the report are locked).
+The plots are drawn on their own `matplotlib.figure.Figure`, without pyplot, so the
+backend of a notebook that calls `compare_modes` stays as it was.
 
 Example:
     >>> from hyde_lc.evaluation import EvaluationPipeline, compare_modes, read_questions
@@ -29,6 +36,7 @@ import html
 import json
 import statistics
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +47,16 @@ from langchain_core.language_models import BaseLanguageModel
 from hyde_lc.errors import HydeLcError
 from hyde_lc.evaluation.ragas_metrics import mean_scores, score_records, usable
 from hyde_lc.evaluation.records import EvaluationPipeline
-from hyde_lc.evaluation.runs import Question, evaluate_questions, read_records
+from hyde_lc.evaluation.results_file import exclusive
+from hyde_lc.evaluation.runs import (
+    Question,
+    check_output_file,
+    check_pricing,
+    check_resumable,
+    check_unique_keys,
+    evaluate_questions,
+    read_records,
+)
 
 STAGES = ("hypothesis", "embedding", "answer")
 TIME_KEYS = {
@@ -124,24 +141,61 @@ def compare_modes(
     judge_llm: BaseLanguageModel | None = None,
     judge_embeddings: Embeddings | None = None,
     pairwise_judge: BaseLanguageModel | None = None,
+    resume: bool = True,
     progress: bool = True,
 ) -> ComparisonReport:
-    """Run, score and report every pipeline on the same questions (see module docstring)."""
+    """Run, score and report every pipeline on the same questions (see module docstring).
+
+    ``resume=False`` starts every mode's file afresh.
+    """
     if len(pipelines) < 2:
         raise HydeLcError("compare needs at least two modes, e.g. standard and hyde")
+    check_unique_keys(questions)
     folder = Path(out_dir)
+    check_out_dir(folder, list(pipelines), resume=resume)
+    for pipeline in pipelines.values():
+        check_pricing(pipeline)
     folder.mkdir(parents=True, exist_ok=True)
-    records: dict[str, list[dict[str, Any]]] = {}
-    scores: dict[str, list[dict]] = {}
-    for name, pipeline in pipelines.items():
-        path = folder / f"{name}.jsonl"
-        evaluate_questions(questions, pipeline, path, progress=progress)
-        by_key = {r["metadata"].get("question_key"): r for r in read_records(path)}
-        records[name] = [by_key[q.key] for q in questions]  # the file may hold others too
-        scores[name] = score_records(
-            records[name], metrics, judge_llm=judge_llm, judge_embeddings=judge_embeddings
-        )
-    modes = list(pipelines)
+    files = {name: folder / f"{name}.jsonl" for name in pipelines}
+    with ExitStack() as held:
+        for path in [folder / "report.html", *files.values()]:
+            held.enter_context(exclusive(path, "--out-dir"))
+        if resume:  # every file, before any question of any mode is asked
+            for name, pipeline in pipelines.items():
+                check_resumable(files[name], pipeline, flag="--out-dir")
+        records: dict[str, list[dict[str, Any]]] = {}
+        scores: dict[str, list[dict]] = {}
+        for name, pipeline in pipelines.items():
+            evaluate_questions(questions, pipeline, files[name], resume=resume, progress=progress)
+            by_key = {r["metadata"].get("question_key"): r for r in read_records(files[name])}
+            records[name] = [by_key[q.key] for q in questions]  # the file may hold others too
+            scores[name] = score_records(
+                records[name], metrics, judge_llm=judge_llm, judge_embeddings=judge_embeddings
+            )
+        return _report(questions, folder, records, scores, list(pipelines), pairwise_judge)
+
+
+def check_out_dir(folder: Path, modes: Sequence[str], *, resume: bool) -> None:
+    """What can be told about a report folder before any model loads; raises if unusable.
+
+    The folder must not be a file; each mode's ``<mode>.jsonl`` must pass
+    `check_output_file` (not a folder, not held by another run, a results file).
+    """
+    if folder.exists() and not folder.is_dir():
+        raise HydeLcError(f"--out-dir {folder} is a file: give a folder for the report")
+    for mode in modes:
+        check_output_file(folder / f"{mode}.jsonl", resume=resume, flag="--out-dir")
+
+
+def _report(
+    questions: Sequence[Question],
+    folder: Path,
+    records: dict[str, list[dict[str, Any]]],
+    scores: dict[str, list[dict]],
+    modes: list[str],
+    pairwise_judge: BaseLanguageModel | None,
+) -> ComparisonReport:
+    """Aggregate, per-question rows and the judge's verdicts, written to ``folder``."""
     aggregates = {m: aggregate(records[m], scores[m]) for m in modes}
     per_question = []
     for i, question in enumerate(questions):
@@ -181,11 +235,10 @@ def _fmt(value: Any) -> str:
 
 
 def _plots(report: ComparisonReport) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # A Figure of its own (no pyplot): no global backend is chosen or changed, and nothing
+    # is left open in a notebook's figure manager. savefig renders PNG with Agg.
     import numpy as np
+    from matplotlib.figure import Figure
 
     modes, agg = report.modes, report.aggregates
     metric_names = [
@@ -203,7 +256,8 @@ def _plots(report: ComparisonReport) -> list[str]:
     for filename, title, keys, labels in charts:
         if not keys:
             continue
-        fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(keys) * len(modes)), 4))
+        fig = Figure(figsize=(max(6, 1.2 * len(keys) * len(modes)), 4))
+        ax = fig.subplots()
         width = 0.8 / len(modes)
         x = np.arange(len(keys))
         for j, mode in enumerate(modes):
@@ -214,7 +268,6 @@ def _plots(report: ComparisonReport) -> list[str]:
         ax.legend()
         fig.tight_layout()
         fig.savefig(report.out_dir / filename, dpi=100)
-        plt.close(fig)
         files.append(filename)
     return files
 

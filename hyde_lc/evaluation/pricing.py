@@ -2,8 +2,10 @@
 
 The table (``hyde_lc/data/pricing.json``) lists USD per million tokens for common OpenAI
 models, with the date it was read. ``HYDE_LC_PRICING=/path/to/pricing.json`` replaces it
-(same format). Local models cost 0; a model the table does not list costs ``None`` with
-``source="unknown"``.
+(same format: ``{"as_of": DATE, "models": {NAME: {"input": USD, "output": USD}}}``). A
+table that cannot be read or has another shape is a `HydeLcError` naming the file (and the
+variable), raised by `PricingTable.load`, so a run checks it before it asks anything. Local
+models cost 0; a model the table does not list costs ``None`` with ``source="unknown"``.
 
 Example:
     >>> from hyde_lc.evaluation.pricing import stage_cost
@@ -25,6 +27,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
+
+from hyde_lc.errors import HydeLcError
 
 PRICING_ENV = "HYDE_LC_PRICING"
 LOCAL_SOURCE = "local model (no charge)"
@@ -65,9 +70,17 @@ class PricingTable:
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> PricingTable:
-        """The table at ``path``, else ``$HYDE_LC_PRICING``, else the bundled one."""
-        chosen = path or os.environ.get(PRICING_ENV)
-        return _load(str(chosen) if chosen else None)
+        """The table at ``path``, else ``$HYDE_LC_PRICING``, else the bundled one.
+
+        Raises `HydeLcError` naming the file (and ``HYDE_LC_PRICING`` when it chose the
+        file) if the table is missing, not JSON, or not of the documented shape.
+        """
+        if path:
+            return _load(str(path), f"the pricing table {path}")
+        chosen = os.environ.get(PRICING_ENV)
+        if chosen:
+            return _load(chosen, f"{PRICING_ENV}={chosen}")
+        return _load(None, "the bundled pricing table")
 
     def price(self, model: str) -> Price | None:
         """The price of ``model``; dated snapshots (``-2024-07-18``) use their base model."""
@@ -81,17 +94,58 @@ class PricingTable:
 
 
 @lru_cache(maxsize=8)
-def _load(path: str | None) -> PricingTable:
-    if path is None:
-        text = (resources.files("hyde_lc") / "data" / "pricing.json").read_text("utf-8")
-    else:
-        text = Path(path).read_text("utf-8")
-    raw = json.loads(text)
-    prices = {
-        name: Price(float(p["input"]), float(p.get("output", 0.0)))
-        for name, p in raw["models"].items()
-    }
-    return PricingTable(as_of=str(raw["as_of"]), source=str(raw.get("source", "")), prices=prices)
+def _load(path: str | None, origin: str) -> PricingTable:
+    """Read and check a table; ``origin`` names it in errors (errors are not cached)."""
+    fix = (
+        f"point {PRICING_ENV} at a JSON file shaped like hyde_lc/data/pricing.json, or unset it"
+        if origin.startswith(PRICING_ENV)
+        else "give a JSON file shaped like hyde_lc/data/pricing.json"
+    )
+    try:
+        if path is None:
+            text = (resources.files("hyde_lc") / "data" / "pricing.json").read_text("utf-8")
+        else:
+            text = Path(path).read_text("utf-8")
+    except FileNotFoundError:
+        raise HydeLcError(f"{origin}: no such file; {fix}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise HydeLcError(f"{origin} cannot be read ({exc}); {fix}") from exc
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise HydeLcError(
+            f"{origin} is not valid JSON ({exc.msg}, line {exc.lineno}); {fix}"
+        ) from exc
+    if not isinstance(raw, dict):
+        raise HydeLcError(f"{origin} must be a JSON object, not {type(raw).__name__}; {fix}")
+    as_of = raw.get("as_of")
+    if isinstance(as_of, bool) or not isinstance(as_of, str | int) or not str(as_of).strip():
+        raise HydeLcError(f'{origin} needs "as_of": the date the prices were read; {fix}')
+    return PricingTable(
+        as_of=str(as_of), source=str(raw.get("source", "")), prices=_prices(raw, origin, fix)
+    )
+
+
+def _prices(raw: dict[str, Any], origin: str, fix: str) -> dict[str, Price]:
+    models = raw.get("models")
+    if not isinstance(models, dict):
+        raise HydeLcError(
+            f'{origin}: "models" must map model names to {{"input": USD, "output": USD}} '
+            f"(per million tokens); {fix}"
+        )
+    prices = {}
+    for name, entry in models.items():
+        rates = entry if isinstance(entry, dict) else {}
+        checked: list[float] = []
+        for key, value in (("input", rates.get("input")), ("output", rates.get("output", 0))):
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise HydeLcError(
+                    f'{origin}: models["{name}"]["{key}"] must be a number of USD per million '
+                    f"tokens (0 or more), got {json.dumps(value)}; {fix}"
+                )
+            checked.append(float(value))
+        prices[name] = Price(*checked)
+    return prices
 
 
 def stage_cost(

@@ -1,14 +1,21 @@
 """Evaluation runs over a question file: one record per line, resumable, failures kept.
 
-Input (JSON Lines): ``question`` (or ``user_input``) on every line, optionally
-``reference``, ``reference_contexts``, ``reference_context_ids`` and an ``id``.
+Input (JSON Lines, UTF-8): ``question`` (or ``user_input``) on every line, optionally
+``reference`` (a string), ``reference_contexts`` and ``reference_context_ids`` (lists of
+strings) and an ``id``; a line of another shape is refused at read time, naming the line.
 Output (JSON Lines): one `EvaluationPipeline` record per question, in input order, each
-with ``metadata.question_key`` (line number and a hash of the question).
+with ``metadata.question_key`` (line number and a hash of the question) and
+``metadata.settings`` (`run_settings`: k, window, fusion, prompt, models, collection...).
 
 Resuming: records are appended and flushed one by one, so an interrupted run keeps
 everything it finished; running the same command again skips the questions already in
-the output and continues. A half-written last line (the process was killed mid-write) is
-dropped and redone. A question that fails (the LLM raises, a search errs) is
+the output and continues. The output file is handled by `hyde_lc.evaluation.results_file`:
+a run made with other settings is refused (the message lists them: ``k: 4 -> 1``), as is a
+file that is not a results file; a line that is not a record is moved to
+``<file>.corrupt`` and reported, the records around it kept; a half-written last line
+(the process was killed mid-write) goes there too and its question is redone; a second run
+on the same file is refused while the first holds it. ``resume=False`` (``--restart``)
+starts the file afresh. A question that fails (the LLM raises, a search errs) is
 recorded with ``metadata.error`` and the run goes on; ``--retry-errors`` redoes those.
 A Chroma server that stops answering ends the run instead (`StoreUnavailableError`, naming
 the server): every later question would fail the same way. Start the server again and run
@@ -18,7 +25,7 @@ Example:
     >>> from hyde_lc.evaluation import EvaluationPipeline, evaluate_questions, read_questions
     >>> pipeline = EvaluationPipeline(mode="standard", retrieval_only=True)  # doctest: +SKIP
     >>> evaluate_questions(read_questions("qa.jsonl"), pipeline, "out.jsonl")  # doctest: +SKIP
-    RunSummary(total=10, done=10, skipped=0, failed=0)
+    RunSummary(total=10, done=10, skipped=0, failed=0, set_aside=(), corrupt_file=None)
 
 """
 
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,21 +44,51 @@ from langchain_chroma import Chroma
 from tqdm.auto import tqdm
 
 from hyde_lc.errors import HydeLcError
+from hyde_lc.evaluation.pricing import PricingTable
 from hyde_lc.evaluation.records import EvaluationPipeline
+from hyde_lc.evaluation.results_file import (
+    Contents,
+    Line,
+    check_unlocked,
+    differences,
+    encode,
+    exclusive,
+    refuse_foreign,
+    replace_lines,
+    scan,
+    set_aside,
+)
+from hyde_lc.evaluation.usage import describe_embeddings, describe_llm
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Question:
-    """One line of a question file."""
+    """One question to evaluate: a line of a question file, or built by hand.
+
+    Example:
+        >>> lamp = Question("What did lighthouse lamps burn?", reference="Oil")
+        >>> lamp.key == Question("What did lighthouse lamps burn?", reference="Oil").key
+        True
+        >>> lamp.key == Question("Who kept lighthouses?").key
+        False
+
+    """
 
     question: str
     reference: str | None = None
     reference_contexts: list[str] | None = None
     reference_context_ids: list[str] | None = None
     key: str = ""
-    """``<line>:<hash>``: identifies the question in an output file, for resuming."""
+    """Identifies the question in an output file, for resuming: ``<line>:<hash>`` from
+    `read_questions`; left empty, a hash of the question and reference (`content_key`)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Any other fields of the line (kept in ``metadata.input``)."""
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            object.__setattr__(self, "key", content_key(self.question, self.reference))
 
 
 @dataclass(frozen=True)
@@ -61,11 +99,43 @@ class RunSummary:
     done: int
     skipped: int
     failed: int
+    set_aside: tuple[int, ...] = ()
+    """Line numbers of the output file that were not records, moved to `corrupt_file`."""
+    corrupt_file: Path | None = None
+    """``<out>.corrupt``, when lines were moved there."""
 
 
 def question_key(line: int, question: str) -> str:
     """``<line>:<first 12 hex of sha1(question)>``."""
     return f"{line}:{hashlib.sha1(question.encode('utf-8')).hexdigest()[:12]}"
+
+
+def content_key(question: str, reference: str | None = None) -> str:
+    """``q:<first 12 hex of sha1>`` of the question and its reference."""
+    text = json.dumps([question, reference], ensure_ascii=False)
+    return f"q:{hashlib.sha1(text.encode('utf-8')).hexdigest()[:12]}"
+
+
+def check_unique_keys(questions: Sequence[Question]) -> None:
+    """Refuse questions that share a key: their records could not be told apart."""
+    first: dict[str, int] = {}
+    for position, question in enumerate(questions, start=1):
+        if question.key in first:
+            before = first[question.key]
+            raise HydeLcError(
+                f"questions {before} and {position} share the key {question.key!r} "
+                f"({_short(questions[before - 1].question)!r} and "
+                f"{_short(question.question)!r}): each question needs its own key, so drop "
+                "the repeat or give each Question a distinct key"
+            )
+        first[question.key] = position
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_LIST_FIELDS = ("reference_contexts", "reference_context_ids")
 
 
 def read_questions(path: str | os.PathLike[str]) -> list[Question]:
@@ -74,58 +144,186 @@ def read_questions(path: str | os.PathLike[str]) -> list[Question]:
     if not source.is_file():
         raise HydeLcError(f"no question file at {source}: give a JSON Lines file of questions")
     questions = []
-    for number, line in enumerate(source.read_text("utf-8").splitlines(), start=1):
+    for number, raw in enumerate(source.read_bytes().split(b"\n"), start=1):
+        line = _decoded(source, number, raw.removeprefix(b"\xef\xbb\xbf") if number == 1 else raw)
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
             raise HydeLcError(f"{source}:{number} is not valid JSON ({exc.msg})") from exc
-        text = row.get("question", row.get("user_input")) if isinstance(row, dict) else None
-        if not isinstance(text, str) or not text.strip():
-            raise HydeLcError(
-                f"{source}:{number} has no question: each line needs a non-empty "
-                '"question" (or "user_input") string'
-            )
-        known = {"question", "user_input", "reference", "reference_contexts"}
-        questions.append(
-            Question(
-                question=text,
-                reference=row.get("reference"),
-                reference_contexts=row.get("reference_contexts"),
-                reference_context_ids=row.get("reference_context_ids"),
-                key=question_key(number, text),
-                extra={k: v for k, v in row.items() if k not in known | {"reference_context_ids"}},
-            )
-        )
+        questions.append(_question(source, number, row))
     if not questions:
         raise HydeLcError(f"{source} holds no questions")
     return questions
 
 
+def _decoded(source: Path, number: int, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HydeLcError(
+            f"{source}:{number} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at column "
+            f"{exc.start + 1}): save it as UTF-8"
+        ) from exc
+
+
+def _question(source: Path, number: int, row: Any) -> Question:
+    where = f"{source}:{number}"
+    if not isinstance(row, dict):
+        raise HydeLcError(
+            f'{where} is not a JSON object: each line needs {{"question": "...", ...}}'
+        )
+    text = row.get("question", row.get("user_input"))
+    if not isinstance(text, str) or not text.strip():
+        raise HydeLcError(
+            f'{where} has no question: each line needs a non-empty "question" (or '
+            '"user_input") string'
+        )
+    reference = row.get("reference")
+    if reference is not None and not isinstance(reference, str):
+        raise HydeLcError(
+            f'{where} "reference" must be a string (the expected answer), got '
+            f"{json.dumps(reference)}"
+        )
+    for name in _LIST_FIELDS:
+        value = row.get(name)
+        if value is not None and not (
+            isinstance(value, list) and all(isinstance(item, str) for item in value)
+        ):
+            raise HydeLcError(
+                f'{where} "{name}" must be a list of strings, got {json.dumps(value)[:80]}'
+            )
+    known = {"question", "user_input", "reference", *_LIST_FIELDS}
+    return Question(
+        question=text,
+        reference=reference,
+        reference_contexts=row.get("reference_contexts"),
+        reference_context_ids=row.get("reference_context_ids"),
+        key=question_key(number, text),
+        extra={k: v for k, v in row.items() if k not in known},
+    )
+
+
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The complete records of an output file (a half-written last line is ignored)."""
+    """The records of a results file, in file order.
+
+    Lines that are not records (a half-written last line, a damaged or foreign line) are
+    left out; `evaluate_questions` reports them and moves them to ``<file>.corrupt``.
+    """
+    return [line.record for line in scan(path).records if line.record is not None]
+
+
+def run_settings(pipeline: EvaluationPipeline) -> dict[str, Any]:
+    """Everything about ``pipeline`` that shapes its records, as plain JSON values.
+
+    Settings that cannot matter are ``None``: the hypothesis settings in standard mode, the
+    query weight where the query is not fused, the order without a window.
+    """
+    r = pipeline.retriever
+    hyde = r.n_hypotheses > 0
+    fused = hyde and r.include_query and r.fusion != "concat"
+    expander = pipeline.expander
+    collection, location = _location(pipeline.store)
+    settings = {
+        "mode": pipeline.mode,
+        "k": r.k,
+        "window": expander.window if expander else 0,
+        "order": expander.order if expander else None,
+        "retrieval_only": pipeline.answer_llm is None,
+        "n_hypotheses": r.n_hypotheses,
+        "prompt": r.prompt if hyde else None,
+        "fusion": r.fusion if hyde else None,
+        "include_query": r.include_query if hyde else None,
+        "query_weight": ("paper" if r.query_weight is None else r.query_weight) if fused else None,
+        "hypothesis_model": describe_llm(pipeline.hyde_llm).model_id if hyde else None,
+        "answer_model": (
+            describe_llm(pipeline.answer_llm).model_id if pipeline.answer_llm else None
+        ),
+        "embedding_model": describe_embeddings(r._embeddings()).model_id,
+        "collection": collection,
+        "store": location,
+    }
+    return json.loads(json.dumps(settings))  # as it reads back from the file
+
+
+def _record_fields(pipeline: EvaluationPipeline) -> dict[str, Any]:
+    """The fields a record of ``pipeline`` has, for files written without settings."""
+    return {
+        "retrieval_method": pipeline.retrieval_method,
+        "k": pipeline.retriever.k,
+        "llm_hyde_model": describe_llm(pipeline.hyde_llm).name if pipeline.hyde_llm else None,
+        "llm_answer_model": (
+            describe_llm(pipeline.answer_llm).name if pipeline.answer_llm else None
+        ),
+        "embedding_model": describe_embeddings(pipeline.retriever._embeddings()).model_id,
+    }
+
+
+def _location(store: Any) -> tuple[str | None, str]:
+    """The collection's name and where it lives (folder or server URL)."""
+    if not isinstance(store, Chroma):
+        return None, type(store).__name__
+    from hyde_lc.store import server_url, store_folder
+
+    folder = store_folder(store)
+    where = str(folder) if folder else server_url(store) or "chroma in memory"
+    return store._collection.name, where
+
+
+def check_output_file(path: str | os.PathLike[str], *, resume: bool, flag: str = "--out") -> None:
+    """What can be told about an output file before any model loads; raises if unusable.
+
+    Refuses a folder, a path under a file, a file another run holds, a file that cannot be
+    written, and (when resuming) a file that is not a results file. ``flag`` names the
+    option that chose the path, for the messages.
+    """
     target = Path(path)
-    if not target.exists():
-        return []
-    records = []
-    for line in target.read_text("utf-8").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            break  # a write cut short by a kill: everything after it is redone
-    return records
+    _check_path(target, flag)
+    if resume:
+        refuse_foreign(scan(target), flag)
 
 
-def _rewrite(path: Path, records: list[dict[str, Any]]) -> None:
-    """Replace ``path`` atomically with exactly ``records``."""
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as out:
-        for record in records:
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
+def _check_path(target: Path, flag: str) -> None:
+    """A file can be written at ``target`` and no other run holds it."""
+    if target.is_dir():
+        raise HydeLcError(
+            f"{flag} {target} is a folder: give a file, e.g. {flag} {target / 'results.jsonl'}"
+        )
+    blocking = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise HydeLcError(f"cannot write {target}: {blocking} is a file, not a folder")
+    if target.exists() and not os.access(target, os.W_OK):
+        raise HydeLcError(f"cannot write {target}: permission denied; choose another {flag}")
+    check_unlocked(target, flag)
+
+
+def check_resumable(
+    path: str | os.PathLike[str], pipeline: EvaluationPipeline, *, flag: str = "--out"
+) -> Contents:
+    """Refuse to resume ``path`` with ``pipeline`` if its records were made otherwise.
+
+    Raises when the file is not a results file, or when a record's settings differ from
+    the pipeline's; the message lists each difference as ``setting: stored -> asked``.
+    Returns what the file holds.
+    """
+    contents = scan(path)
+    refuse_foreign(contents, flag)
+    changed = differences(contents.records, run_settings(pipeline), _record_fields(pipeline))
+    if changed:
+        raise HydeLcError(
+            f"{contents.path} holds records made with other settings than this run's "
+            f"({'; '.join(changed)}); resuming would mix them in one file. Nothing was run "
+            f"or changed. Choose another {flag}, or pass --restart (resume=False in Python) "
+            "to start afresh; the records there are then lost."
+        )
+    return contents
+
+
+def check_pricing(pipeline: EvaluationPipeline) -> None:
+    """Load the pricing table the pipeline will use, so a bad one fails before any call."""
+    if pipeline.pricing is None:
+        PricingTable.load()
 
 
 def _failure(question: Question, pipeline: EvaluationPipeline, exc: BaseException) -> dict:
@@ -152,27 +350,93 @@ def evaluate_questions(
 ) -> RunSummary:
     """Run every question not yet in ``out`` and append its record (see module docstring).
 
-    ``resume=False`` starts ``out`` afresh. Records made with another retrieval method are
-    refused rather than mixed into one file.
+    ``resume=False`` starts ``out`` afresh. Everything is checked before the first
+    question is asked: distinct question keys, the pricing table, the output file (not a
+    folder, not another kind of file, not held by another run) and, when resuming, that
+    its records were made with this pipeline's settings.
     """
     target = Path(out)
+    check_unique_keys(questions)
+    check_pricing(pipeline)
+    _check_path(target, "--out")
+    settings = run_settings(pipeline)
     target.parent.mkdir(parents=True, exist_ok=True)
-    kept = read_records(target) if resume else []
-    method = pipeline.retrieval_method
-    others = {r.get("metadata", {}).get("retrieval_method") for r in kept} - {method}
-    if others:
-        raise HydeLcError(
-            f"{target} holds records made with {', '.join(sorted(map(str, others)))}, and this "
-            f"run uses {method}: choose another output file, or start afresh (--restart)"
-        )
+    with exclusive(target, "--out"):
+        contents = check_resumable(target, pipeline) if resume else None
+        kept, moved, corrupt = _prepare(target, contents, retry_errors)
+        wanted = {q.key for q in questions}
+        done_keys = {line.record["metadata"]["question_key"] for line in kept if line.record}
+        done_keys &= wanted
+        todo = [q for q in questions if q.key not in done_keys]
+        failed = _run(todo, pipeline, target, settings, progress)
+        if done_keys and todo:
+            _reorder(target, questions)
+    return RunSummary(
+        total=len(questions),
+        done=len(todo) - failed,
+        skipped=len(done_keys),
+        failed=failed,
+        set_aside=moved,
+        corrupt_file=corrupt,
+    )
+
+
+def _prepare(
+    target: Path, contents: Contents | None, retry_errors: bool
+) -> tuple[list[Line], tuple[int, ...], Path | None]:
+    """The records to keep; lines that are not records moved aside, the file tidied.
+
+    ``contents`` is what the file holds, ``None`` to start it afresh. The file is only
+    rewritten when something changes: lines moved aside, failures to retry dropped, a
+    missing final newline added, or a fresh start.
+    """
+    if contents is None:
+        replace_lines(target, [])
+        return [], (), None
+    aside = contents.damaged + ([contents.torn] if contents.torn else [])
+    corrupt = set_aside(target, aside) if aside else None
+    if contents.damaged:
+        numbers = [line.number for line in contents.damaged]
+        logger.warning(
+            "%s: %s not %s (damaged, or added by hand); moved to %s, every record kept",
+            target, _line_numbers(numbers), "a record" if len(numbers) == 1 else "records",
+            corrupt,
+        )  # fmt: skip
+    if contents.torn:
+        logger.warning(
+            "%s: the last line was cut short (a run killed mid-write); moved it to %s and "
+            "its question is asked again",
+            target, corrupt,
+        )  # fmt: skip
+    kept = contents.records
     if retry_errors:
-        kept = [r for r in kept if not r["metadata"].get("error")]
-    _rewrite(target, kept)  # drops a torn last line, and any errors being retried
-    wanted = {q.key for q in questions}
-    done_keys = {r["metadata"].get("question_key") for r in kept} & wanted
-    todo = [q for q in questions if q.key not in done_keys]
+        kept = [line for line in kept if line.record and not line.record["metadata"].get("error")]
+    if aside or len(kept) < len(contents.records) or not contents.ends_cleanly:
+        replace_lines(target, [line.raw for line in kept])
+    return kept, tuple(line.number for line in aside), corrupt
+
+
+def _line_numbers(numbers: Sequence[int], shown: int = 10) -> str:
+    """``line 3`` / ``lines 2, 4 and 7`` / ``lines 1, 2, ... and 40 more``."""
+    if len(numbers) == 1:
+        return f"line {numbers[0]} is"
+    head = ", ".join(map(str, numbers[: min(shown, len(numbers) - 1)]))
+    rest = len(numbers) - min(shown, len(numbers) - 1)
+    tail = str(numbers[-1]) if rest == 1 else f"{rest} more"
+    return f"lines {head} and {tail} are"
+
+
+def _run(
+    todo: Sequence[Question],
+    pipeline: EvaluationPipeline,
+    target: Path,
+    settings: dict[str, Any],
+    progress: bool,
+) -> int:
+    """Ask ``todo`` in order, appending and syncing each record; returns the failures."""
     failed = 0
-    with target.open("a", encoding="utf-8") as sink:
+    method = pipeline.retrieval_method
+    with target.open("ab") as sink:
         for question in tqdm(todo, desc=f"evaluate ({method})", disable=not progress):
             try:
                 record = pipeline.run(
@@ -186,16 +450,34 @@ def evaluate_questions(
                 record = _failure(question, pipeline, exc)
                 failed += 1
             record["metadata"]["question_key"] = question.key
+            record["metadata"]["settings"] = settings
             if question.extra:
                 record["metadata"]["input"] = question.extra
-            sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+            sink.write(encode(record))
             sink.flush()
             os.fsync(sink.fileno())
-    if len(done_keys) and todo:
-        _rewrite(target, _in_input_order(read_records(target), questions))
-    return RunSummary(
-        total=len(questions), done=len(todo) - failed, skipped=len(done_keys), failed=failed
+    return failed
+
+
+def _reorder(target: Path, questions: Sequence[Question]) -> None:
+    """Records in their question's order (retried errors land in place).
+
+    Records of questions not asked in this run go last, in file order; lines are moved as
+    they are, never re-encoded. A file holding anything but records is left as it is.
+    """
+    contents = scan(target)
+    if contents.damaged or contents.torn:
+        return
+    position = {q.key: i for i, q in enumerate(questions)}
+    lines = contents.records
+    ordered = sorted(
+        lines,
+        key=lambda line: position.get(
+            line.record["metadata"]["question_key"] if line.record else "", len(position)
+        ),
     )
+    if ordered != lines:
+        replace_lines(target, [line.raw for line in ordered])
 
 
 def _stop_if_server_lost(pipeline: EvaluationPipeline, exc: Exception, out: Path) -> None:
@@ -217,11 +499,3 @@ def _stop_if_server_lost(pipeline: EvaluationPipeline, exc: Exception, out: Path
     )
     if lost is not None:
         raise lost from exc
-
-
-def _in_input_order(records: list[dict[str, Any]], questions: Sequence[Question]) -> list[dict]:
-    """Records sorted by their question's position (retried errors land in place)."""
-    position = {q.key: i for i, q in enumerate(questions)}
-    return sorted(
-        records, key=lambda r: position.get(r["metadata"].get("question_key"), len(position))
-    )

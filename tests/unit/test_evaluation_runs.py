@@ -12,7 +12,7 @@ from hyde_lc.errors import HydeLcError
 from hyde_lc.evaluation.compare import compare_modes, judge_pair
 from hyde_lc.evaluation.ragas_metrics import mean_scores, score_records
 from hyde_lc.evaluation.records import EvaluationPipeline
-from hyde_lc.evaluation.runs import evaluate_questions, read_questions, read_records
+from hyde_lc.evaluation.runs import Question, evaluate_questions, read_questions, read_records
 from tests.unit.test_evaluation_records import WordCountChat
 from tests.unit.test_retriever import ScriptedChat, store  # noqa: F401  (fixture)
 
@@ -104,6 +104,9 @@ def test_resumed_run_equals_an_uninterrupted_one(tmp_path, store):  # noqa: F811
 
     summary = evaluate_questions(questions, _pipeline(store), resumed, progress=False)
     assert (summary.done, summary.skipped) == (2, 2)
+    # The torn line is redone, and kept aside rather than destroyed.
+    assert summary.set_aside == (3,)
+    assert (tmp_path / "resumed.jsonl.corrupt").read_text("utf-8") == '{"user_input": "half a rec\n'
     assert _without_timings(read_records(resumed)) == _without_timings(read_records(whole))
     assert resumed.read_text("utf-8").endswith("}\n")
     # A third run has nothing left to do and changes nothing.
@@ -123,7 +126,9 @@ def test_failures_are_recorded_per_question_and_can_be_retried(tmp_path, store):
     records = read_records(out)
     assert all("model exploded" in r["metadata"]["error"] for r in records)
     # Without --retry-errors a rerun keeps the failures; with it they are redone in place.
-    fixed = EvaluationPipeline(store=store, mode="standard", custom_answer_llm=_llm(), k=2)
+    # (The same model, working again: another model would be other settings, refused.)
+    working = ScriptedChat(replies=["They bend light. [1]"])
+    fixed = EvaluationPipeline(store=store, mode="standard", custom_answer_llm=working, k=2)
     assert evaluate_questions(questions, fixed, out, progress=False).done == 0
     summary = evaluate_questions(questions, fixed, out, retry_errors=True, progress=False)
     assert (summary.done, summary.failed) == (2, 0)
@@ -213,3 +218,159 @@ def test_cli_evaluate_and_compare_refuse_bad_input_before_loading_anything(tmp_p
     assert main(["compare", str(bad), "--out-dir", str(tmp_path / "r")]) == 2
     assert f"{bad}:1 has no question" in capsys.readouterr().err
     assert not out.exists() and not (tmp_path / "r").exists()
+
+
+# -- the question file ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"question": "q?", "reference": 5}, '"reference" must be a string'),
+        ({"question": "q?", "reference_contexts": "one text"}, '"reference_contexts" must be'),
+        ({"question": "q?", "reference_contexts": ["ok", 7]}, '"reference_contexts" must be'),
+        ({"question": "q?", "reference_context_ids": [None]}, '"reference_context_ids" must'),
+        ({"question": 5}, "has no question"),
+        (["q?"], "is not a JSON object"),
+    ],
+    ids=["reference", "contexts-string", "contexts-item", "ids-item", "question", "array"],
+)
+def test_a_field_of_the_wrong_type_is_refused_at_read_time_naming_the_line(tmp_path, row, message):
+    path = _write_questions(tmp_path / "q.jsonl", [QUESTIONS[0], row])
+    with pytest.raises(HydeLcError, match=message) as refused:
+        read_questions(path)
+    assert f"{path}:2 " in str(refused.value)
+
+
+def test_a_question_file_that_is_not_utf8_names_the_file_and_line(tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_bytes(b'{"question": "fine?"}\n' + '{"question": "café?"}\n'.encode("cp1252"))
+    with pytest.raises(HydeLcError, match="is not UTF-8") as refused:
+        read_questions(path)
+    assert f"{path}:2 " in str(refused.value) and "save it as UTF-8" in str(refused.value)
+
+
+def test_a_byte_order_mark_is_not_a_broken_first_line(tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(QUESTIONS[0]).encode() + b"\n")
+    assert [q.question for q in read_questions(path)] == [QUESTIONS[0]["question"]]
+
+
+# -- hand-built questions ------------------------------------------------------------------
+
+
+def test_hand_built_questions_get_keys_from_their_text_and_reference():
+    lamp, tower = Question("What powers a lamp?"), Question("Why are towers tall?")
+    assert lamp.key and tower.key and lamp.key != tower.key
+    assert Question("What powers a lamp?").key == lamp.key  # stable across runs
+    assert Question("What powers a lamp?", reference="Oil.").key != lamp.key
+    assert Question("x?", key="mine").key == "mine"
+
+
+def test_a_hand_built_question_added_later_is_asked_not_skipped(tmp_path, store):  # noqa: F811
+    out = tmp_path / "out.jsonl"
+    first = Question("How do lighthouse lenses work?")
+    evaluate_questions([first], _pipeline(store), out, progress=False)
+    second = Question("Who kept lighthouses?")
+    summary = evaluate_questions([first, second], _pipeline(store), out, progress=False)
+    assert (summary.done, summary.skipped) == (1, 1)
+    assert [r["user_input"] for r in read_records(out)] == [first.question, second.question]
+
+
+def test_the_same_key_twice_in_one_run_is_refused_naming_both(tmp_path, store):  # noqa: F811
+    out = tmp_path / "out.jsonl"
+    twice = [Question("Who kept lighthouses?"), Question("Why?"), Question("Who kept lighthouses?")]
+    with pytest.raises(HydeLcError, match=r"questions 1 and 3 .*'Who kept lighthouses\?'"):
+        evaluate_questions(twice, _pipeline(store), out, progress=False)
+    same_key = [Question("a?", key="k1"), Question("b?", key="k1")]
+    with pytest.raises(HydeLcError, match="questions 1 and 2 share the key 'k1'"):
+        compare_modes(
+            same_key,
+            {"standard": _pipeline(store, mode="standard"), "hyde": _pipeline(store)},
+            tmp_path / "report",
+            progress=False,
+        )
+    assert not out.exists() and not (tmp_path / "report").exists()
+
+
+def test_compare_pairs_each_hand_built_question_with_its_own_answer(tmp_path, store):  # noqa: F811
+    llm = WordCountChat(
+        replies={"lamp": "Lamps burned oil.", "tower": "Towers are seen from afar."}
+    )
+    pipelines = {
+        "standard": EvaluationPipeline(store=store, mode="standard", custom_answer_llm=llm, k=2),
+        "hyde": EvaluationPipeline(store=store, custom_hyde_llm=llm, custom_answer_llm=llm, k=2),
+    }
+    questions = [Question("What did a lamp burn?"), Question("Why is a tower tall?")]
+    report = compare_modes(
+        questions, pipelines, tmp_path / "report", metrics=["rouge"], progress=False
+    )
+    answers = [row["standard"]["answer"] for row in report.per_question]
+    assert answers == ["Lamps burned oil.", "Towers are seen from afar."]
+
+
+# -- pricing -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "no such file"),
+        ("{not json", "is not valid JSON"),
+        ('{"as_of": "2025-01-01", "models": ["gpt-4o"]}', '"models" must map'),
+        ('{"as_of": "2025-01-01", "models": {"gpt-4o": {"input": "cheap"}}}', "gpt-4o"),
+        ('{"models": {}}', '"as_of"'),
+    ],
+    ids=["missing", "bad-json", "models-list", "price-not-number", "no-date"],
+)
+def test_a_bad_pricing_file_is_refused_naming_the_variable_before_any_llm_call(
+    tmp_path,
+    store,  # noqa: F811
+    monkeypatch,
+    content,
+    message,
+):
+    from hyde_lc.evaluation.pricing import PricingTable
+
+    pricing = tmp_path / "pricing.json"
+    if content is not None:
+        pricing.write_text(content, "utf-8")
+    monkeypatch.setenv("HYDE_LC_PRICING", str(pricing))
+    with pytest.raises(HydeLcError, match=message) as refused:
+        PricingTable.load()
+    assert f"HYDE_LC_PRICING={pricing}" in str(refused.value)
+
+    llm = _llm()
+    out = tmp_path / "out.jsonl"
+    pipeline = EvaluationPipeline(store=store, custom_hyde_llm=llm, custom_answer_llm=llm, k=2)
+    with pytest.raises(HydeLcError, match="HYDE_LC_PRICING"):
+        evaluate_questions([Question("What powers a lamp?")], pipeline, out, progress=False)
+    assert llm.prompts == [] and not out.exists()
+
+
+# -- plots ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def svg_backend():
+    import matplotlib
+
+    before = matplotlib.get_backend()
+    matplotlib.use("svg")
+    yield
+    matplotlib.use(before)
+
+
+def test_compare_leaves_the_matplotlib_backend_alone(tmp_path, store, svg_backend):  # noqa: F811
+    import matplotlib
+
+    questions = read_questions(_write_questions(tmp_path / "q.jsonl", QUESTIONS[:1]))
+    report = compare_modes(
+        questions,
+        {"standard": _pipeline(store, mode="standard"), "hyde": _pipeline(store)},
+        tmp_path / "report",
+        metrics=["rouge"],
+        progress=False,
+    )
+    assert matplotlib.get_backend() == "svg"  # a notebook's backend stays as it was
+    assert (report.out_dir / "metrics.png").read_bytes().startswith(PNG_SIGNATURE)
