@@ -152,8 +152,50 @@ def test_hypothesis_cache_makes_the_second_ask_reuse_hypotheses(env, ingested, t
             ["ask", QUESTION, "--embeddings", "openai:text-embedding-3-small"],
             "was built with embedding model 'local:minilm'",
         ),
+        (["ask", QUESTION, "--mode", "standard", "--timeout", "nan"], "expected a finite number"),
+        (["ask", QUESTION, "--mode", "standard", "--timeout", "inf"], "expected a finite number"),
+        (["ask", QUESTION, "--timeout", "1e300"], "--timeout: must be at most 86400"),
+        (["ingest", "--sample", "--max-file-mb", "nan"], "expected a finite number"),
+        (["ingest", "--sample", "--max-file-mb", "inf"], "expected a finite number"),
+        (
+            ["ask", QUESTION, "--mode", "standard", "--k", "100000000000000000000"],
+            "--k: must be at most 10000 (a k above the collection's size already returns",
+        ),
+        (
+            ["ask", QUESTION, "--mode", "standard", "--n-hypotheses", "65"],
+            "--n-hypotheses: must be at most 64",
+        ),
+        (["ask", QUESTION, "--store", ""], "--store: is empty: give a folder"),
+        (["ask", QUESTION, "--chroma-url", ""], "--chroma-url: is empty"),
+        (["ingest", "--sample", "--collection", ""], "--collection: is empty"),
+        (["ask", QUESTION, "--answer-llm", " "], "--answer-llm: is empty"),
+        (
+            ["ask", QUESTION, "--mode", "standard", "--hypotheses-only", "--no-answer"],
+            "--hypotheses-only leaves the question out of the search",
+        ),
     ],
-    ids=["fusion", "prompt", "k", "window", "empty-question", "model", "missing-file", "mismatch"],
+    ids=[
+        "fusion",
+        "prompt",
+        "k",
+        "window",
+        "empty-question",
+        "model",
+        "missing-file",
+        "mismatch",
+        "timeout-nan",
+        "timeout-inf",
+        "timeout-huge",
+        "max-file-mb-nan",
+        "max-file-mb-inf",
+        "k-huge",
+        "n-hypotheses-above-64",
+        "empty-store",
+        "empty-chroma-url",
+        "empty-collection",
+        "empty-answer-llm",
+        "hypotheses-only-standard",
+    ],
 )
 def test_bad_input_exits_non_zero_with_a_clear_message(env, ingested, args, message):
     digest = tree_digest(Path(env["HYDE_LC_STORE"]))
@@ -210,3 +252,79 @@ def test_default_store_is_in_the_working_directory(env, tmp_path):
     out = run(clean, "ingest", str(Path(__file__).parents[2] / "README.md"), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert (tmp_path / ".hyde_lc").is_dir()
+
+
+def test_the_largest_k_and_hypothesis_count_are_accepted(env, ingested):
+    out = run(env, "ask", QUESTION, "--mode", "standard", "--no-answer", "--json", "--k", "10000")
+    assert out.returncode == 0, out.stderr
+    record = json.loads(out.stdout)
+    assert len(record["documents"]) == json.loads(run(env, "info", "--json").stdout)["chunks"]
+    help_text = run(env, "ask", "--help").stdout
+    assert "1 to 10000" in help_text and "1 to 64" in help_text
+
+
+def run_into_closed_pipe(env, *args):
+    """Run with standard output a pipe nobody reads any more (``| head -1`` once it exits)."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        return subprocess.run(
+            [HYDE_LC, *args], env=env, stdout=writer, stderr=subprocess.PIPE, text=True,
+            timeout=600,
+        )  # fmt: skip
+    finally:
+        os.close(writer)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["info"],
+        ["info", "--json"],
+        ["ask", QUESTION, "--mode", "standard", "--no-answer"],
+        ["ask", QUESTION, "--mode", "standard", "--no-answer", "--json"],
+    ],
+    ids=["info", "info-json", "ask", "ask-json"],
+)
+def test_output_into_a_closed_pipe_stops_quietly_with_141(env, ingested, args):
+    digest = tree_digest(Path(env["HYDE_LC_STORE"]))
+    out = run_into_closed_pipe(env, *args)
+    assert out.returncode == 141, out.stderr
+    assert out.stderr.strip() == "", out.stderr  # no BrokenPipeError, no traceback
+    assert tree_digest(Path(env["HYDE_LC_STORE"])) == digest
+
+
+HOSTILE = "\x1b]0;pwned\x07\nnotes.txt"  # sets the terminal title; the newline forges a line
+
+
+def test_control_characters_in_file_names_never_reach_the_terminal(env, tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / HOSTILE).write_text("The keeper trimmed the wick of the lamp every night. " * 20)
+    (folder / ("\x1b[2Jphoto.txt")).write_bytes(
+        b"\x89PNG\r\n\x1a\n\x00\x00" + bytes(range(32)) * 64
+    )
+    store = ["--store", str(tmp_path / "store"), "--embeddings", "local:minilm"]
+    refused = run(env, "ingest", str(folder), *store)  # the binary file is refused, by name
+    assert refused.returncode == 2 and "photo.txt is named .txt" in refused.stderr
+    assert "\\x1b[2Jphoto.txt" in refused.stderr
+    (folder / "\x1b[2Jphoto.txt").unlink()
+    ingest = run(env, "ingest", str(folder), *store)
+    info = run(env, "info", *store)
+    ask = run(env, "ask", "Who trimmed the wick?", "--mode", "standard", "--no-answer", *store)
+    missing = run(env, "ingest", str(folder / "\x1b[31mgone.txt"), *store)
+    unknown = run(env, "info", "\x1b]0;pwned\x07", *store)  # argparse's own error
+    for out in (refused, ingest, info, ask, missing, unknown):
+        for stream in (out.stdout, out.stderr):
+            assert "\x1b" not in stream and "\x07" not in stream, stream
+    assert ingest.returncode == info.returncode == ask.returncode == 0
+    shown = "\\x1b]0;pwned\\x07\\nnotes.txt"
+    assert any(
+        line.startswith("added") and line.endswith(shown) for line in ingest.stdout.splitlines()
+    )
+    assert any(line.endswith(f"pages  {folder}/{shown}") for line in info.stdout.splitlines())
+    assert f"[1] {shown}" in ask.stdout
+    assert missing.returncode == 2 and "\\x1b[31mgone.txt" in missing.stderr
+    assert (
+        unknown.returncode == 2 and "unrecognized arguments: \\x1b]0;pwned\\x07" in unknown.stderr
+    )
