@@ -561,12 +561,10 @@ def iter_segments(blocks: Iterable[str], size: int | None = None) -> Iterator[tu
     offset = 0
     for block in blocks:
         buffer += block
-        start = 0
-        while len(buffer) - start > size:
-            cut = _cut(buffer, start, size)
-            yield offset, buffer[start : start + cut]
+        while len(buffer) > size:
+            cut = _cut(buffer, 0, size)
+            segment, buffer = buffer[:cut], buffer[cut:]  # no copy of it kept while split
+            yield offset, segment
             offset += cut
-            start += cut
-        buffer = buffer[start:]
     if buffer:
         yield offset, buffer

@@ -117,6 +117,9 @@ __all__ = [
 
 DEFAULT_CHUNK_SIZE = 1000
 DEFAULT_CHUNK_OVERLAP = 200
+_WRITE_CHARS = 2 * 1024 * 1024
+"""About the most chunk text per Chroma write of a document written in parts: bounds the
+memory a write takes (Chroma copies what it is given) and the work a kill can lose."""
 _KEEP_CHARS = 16 * 1024 * 1024
 """Text kept in memory from the first pass, over all files of one call (short files and
 PDFs, whose parsing is slow); the rest is read again from disk."""
@@ -524,8 +527,8 @@ def _write_in_parts(
 ) -> int:
     """Write a document in several Chroma calls, pending (out of searches) until complete.
 
-    Each call is a checkpoint: chunks already in the collection (from an interrupted
-    run) are not embedded again.
+    Each call (at most ``limit`` chunks, about `_WRITE_CHARS` of text) is a checkpoint:
+    chunks already in the collection (from an interrupted run) are not embedded again.
     """
     if not plan.pending:
         set_pending(store, add=[plan.version])
@@ -552,12 +555,15 @@ def _write_in_parts(
 
 
 def _groups(chunks: Iterator[Chunk], size: int) -> Iterator[list[Chunk]]:
+    """Consecutive chunks, at most ``size`` and about `_WRITE_CHARS` of text per group."""
     group: list[Chunk] = []
+    chars = 0
     for chunk in chunks:
         group.append(chunk)
-        if len(group) == size:
+        chars += len(chunk.text)
+        if len(group) == size or chars >= _WRITE_CHARS:
             yield group
-            group = []
+            group, chars = [], 0
     if group:
         yield group
 

@@ -1,10 +1,15 @@
+import contextlib
 import hashlib
+import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
+from langchain_core.documents import Document
 
 from hyde_lc.errors import EmbeddingMismatchError, IngestError, StoreError
-from hyde_lc.ingest import chunk_id, ingest_paths, load_document
+from hyde_lc.ingest import chunk_id, ingest_paths, load_document, split_document
 from hyde_lc.store import collection_info, iter_metadatas, open_store
 from tests.conftest import SAMPLE_PDF, FakeEmbeddings, make_pdf
 
@@ -205,3 +210,222 @@ def test_foreign_collection_is_not_adopted(tmp_path, fake_embeddings):
     client.create_collection("hyde_lc").add(ids=["x"], embeddings=[[0.1] * 32], documents=["x"])
     with pytest.raises(StoreError, match="not built by hyde_lc"):
         open_store(tmp_path / "store", embeddings=fake_embeddings)
+
+
+# -- documents larger than one write ---------------------------------------------------------
+
+LARGE = {"chunk_size": 200, "chunk_overlap": 20, "batch_size": 4, "max_write": 12}
+"""Options under which a document of 60 paragraphs takes several Chroma writes."""
+
+
+class FlakyEmbeddings(FakeEmbeddings):
+    """Counts the chunks it embeds; fails once ``fail_after`` chunks have been embedded."""
+
+    embedded: int = 0
+    fail_after: float = float("inf")
+
+    def embed_documents(self, texts):
+        if self.embedded + len(texts) > self.fail_after:
+            raise RuntimeError("embedding service went away")
+        object.__setattr__(self, "embedded", self.embedded + len(texts))
+        return super().embed_documents(texts)
+
+
+def versions(store) -> dict[str, list[int]]:
+    """doc_id -> chunk indexes the collection holds (searchable or not)."""
+    out: dict[str, list[int]] = {}
+    for _, meta in iter_metadatas(store):
+        out.setdefault(meta["doc_id"], []).append(meta["chunk_index"])
+    return {doc_id: sorted(indexes) for doc_id, indexes in out.items()}
+
+
+def searchable(store, queries: list[str]) -> set[str]:
+    """The doc_ids that reads through the store return for these queries."""
+    found = {m["doc_id"] for m in store.get(include=["metadatas"])["metadatas"]}
+    for query in queries:
+        found |= {d.metadata["doc_id"] for d in store.similarity_search(query, k=100)}
+    return found
+
+
+def test_a_document_larger_than_one_write_is_hidden_until_complete_then_resumed(tmp_path):
+    from hyde_lc.store import pending_versions
+
+    doc = tmp_path / "big.txt"
+    doc.write_text(long_text(60, "old"))
+    embeddings = FlakyEmbeddings(size=32)
+    store = open_store(tmp_path / "store", embeddings=embeddings)
+    first = ingest_paths([doc], store, progress=False, **LARGE)
+    old_count = first.files[0].chunks
+    assert old_count > 3 * LARGE["max_write"] and first.files[0].embedded == old_count
+    (old_id,) = versions(store)
+    doc.write_text(long_text(60, "new"))
+    new_chunks = [c.text for c in split_document(load_document(doc), "m", 200, 20)]
+    object.__setattr__(embeddings, "fail_after", embeddings.embedded + 28)  # 2 writes of 12
+    with pytest.raises(IngestError, match=r"24 of \d+ chunks written.*resumes from the chunks"):
+        ingest_paths([doc], store, progress=False, **LARGE)
+    held = versions(store)
+    (new_id,) = set(held) - {old_id}
+    assert held[old_id] == list(range(old_count)) and held[new_id] == list(range(24))
+    # Searches, get and info see the old version only, whole.
+    assert searchable(store, new_chunks[:30]) == {old_id}
+    info = collection_info(store)
+    assert [(d["doc_id"], d["chunks"]) for d in info["documents"]] == [(old_id, old_count)]
+    assert [(d["doc_id"], d["chunks_written"]) for d in info["incomplete"]] == [(new_id, 24)]
+    # Ingesting again embeds only what is missing, then switches to the new version.
+    object.__setattr__(embeddings, "fail_after", float("inf"))
+    before = embeddings.embedded
+    report = ingest_paths([doc], store, progress=False, **LARGE)
+    (result,) = report.files
+    assert (result.status, result.embedded) == ("replaced", result.chunks - 24)
+    assert embeddings.embedded - before == result.chunks - 24
+    assert versions(store) == {new_id: list(range(result.chunks))}
+    assert searchable(store, new_chunks[:30]) == {new_id}
+    assert pending_versions(store) == [] and collection_info(store)["incomplete"] == []
+
+
+def test_a_failure_while_removing_the_old_version_leaves_only_the_new_one_searchable(
+    tmp_path, fake_embeddings, monkeypatch
+):
+    import hyde_lc.ingest
+
+    doc = tmp_path / "big.txt"
+    doc.write_text(long_text(60, "old"))
+    store = open_store(tmp_path / "store", embeddings=fake_embeddings)
+    ingest_paths([doc], store, progress=False, **LARGE)
+    (old_id,) = versions(store)
+    doc.write_text(long_text(60, "new"))
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("the store went away")
+
+    monkeypatch.setattr(hyde_lc.ingest, "delete_where", fail)
+    with pytest.raises(RuntimeError):
+        ingest_paths([doc], store, progress=False, **LARGE)
+    (new_id,) = set(versions(store)) - {old_id}
+    assert searchable(store, [long_text(1, "old"), long_text(1, "new")]) == {new_id}
+    monkeypatch.undo()
+    report = ingest_paths([doc], store, progress=False, **LARGE)
+    assert (report.files[0].status, report.files[0].embedded) == ("replaced", 0)
+    assert set(versions(store)) == {new_id}
+    assert collection_info(store)["incomplete"] == []
+
+
+def test_a_killed_run_that_wrote_nothing_leaves_no_trace_after_the_next(tmp_path, fake_embeddings):
+    from hyde_lc.ingest import doc_version
+    from hyde_lc.store import pending_versions, set_pending
+
+    doc = tmp_path / "d.txt"
+    doc.write_text(long_text(4))
+    store = open_store(tmp_path / "store", embeddings=fake_embeddings)
+    ingest_paths([doc], store, progress=False)
+    set_pending(store, add=[doc_version("/gone.txt", "0" * 20, 1000, 200)])  # no chunks
+    ingest_paths([doc], store, progress=False)
+    assert pending_versions(store) == []
+
+
+# -- splitting in segments -------------------------------------------------------------------
+
+
+def test_a_document_of_one_segment_is_split_as_a_whole(tmp_path):
+    """Chunks and ids as a split of the whole text gives: existing collections keep theirs."""
+    from langchain_text_splitters import RecursiveCharacterTextSplitter
+
+    path = tmp_path / "a.txt"
+    path.write_text(long_text(30, "w"))
+    text = path.read_text()
+    doc_id = hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
+    splitter = RecursiveCharacterTextSplitter(
+        chunk_size=300, chunk_overlap=60, add_start_index=True
+    )
+    pieces = splitter.create_documents([text])
+    chunks = split_document(load_document(path), "m", 300, 60)
+    assert [(c.id, c.text, c.metadata["start_index"]) for c in chunks] == [
+        (chunk_id(str(path), doc_id, 300, 60, i), p.page_content, p.metadata["start_index"])
+        for i, p in enumerate(pieces)
+    ]
+
+
+def test_a_long_document_is_split_in_segments_that_rebuild_it_exactly(
+    tmp_path, fake_embeddings, monkeypatch
+):
+    import hyde_lc.documents
+    from hyde_lc.neighbors import join_chunks
+
+    monkeypatch.setattr(hyde_lc.documents, "SEGMENT_CHARS", 2500)
+    path = tmp_path / "long.txt"
+    path.write_text("  " + long_text(80, "s") + "\n")  # about 20 segments
+    text = path.read_text()
+    store = open_store(tmp_path / "store", embeddings=fake_embeddings)
+    ingest_paths([path], store, chunk_size=300, chunk_overlap=30, progress=False, max_write=50)
+    got = store.get(include=["documents", "metadatas"])
+    stored = sorted(
+        zip(got["ids"], got["documents"], got["metadatas"], strict=True),
+        key=lambda item: item[2]["chunk_index"],
+    )
+    metas = [meta for _, _, meta in stored]
+    assert [m["chunk_index"] for m in metas] == list(range(len(stored)))
+    assert {m["chunk_count"] for m in metas} == {len(stored)}
+    assert metas[0]["doc_id"] != hashlib.sha256(text.encode()).hexdigest()[:20]
+    for _, body, meta in stored:
+        assert text[meta["start_index"] : meta["start_index"] + len(body)] == body
+    documents = [Document(page_content=body, metadata=meta) for _, body, meta in stored]
+    assert metas[0]["gap_before"] + join_chunks(documents) == text.rstrip()
+    # The in-memory split gives the same chunks as the streamed ingestion.
+    again = split_document(load_document(path), "fake:hash-32", 300, 30)
+    assert [(c.id, c.text) for c in again] == [(id_, body) for id_, body, _ in stored]
+
+
+@pytest.mark.parametrize("block", [1, 7, 999, 10**9])
+def test_segments_do_not_depend_on_how_the_text_is_read(block):
+    from hyde_lc.documents import iter_segments
+
+    text = long_text(40, "b") + " " + "x" * 3000 + "\n" + long_text(5, "c")
+    blocks = [text[i : i + block] for i in range(0, len(text), block)]
+    segments = list(iter_segments(blocks, size=1000))
+    assert segments == list(iter_segments([text], size=1000))
+    assert all(len(s) <= 1000 for _, s in segments)
+    assert "".join(s for _, s in segments) == text
+    assert [o for o, _ in segments] == [
+        sum(len(s) for _, s in segments[:i]) for i in range(len(segments))
+    ]
+    assert segments[0][1].endswith("\n\n")  # cut after a paragraph where there is one
+
+
+# -- what is not a regular file ------------------------------------------------------------------
+
+
+def _unblock_reader(fifo: Path, after: float) -> None:
+    """Open the pipe for writing after a while, so a reader stuck on it gets EOF (no hang)."""
+    time.sleep(after)
+    with contextlib.suppress(OSError):  # nobody was reading it
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def test_a_pipe_given_by_name_is_refused_without_reading_it(tmp_path, fake_embeddings):
+    fifo = tmp_path / "feed.txt"
+    os.mkfifo(fifo)
+    threading.Thread(target=_unblock_reader, args=(fifo, 30), daemon=True).start()
+    store = open_store(tmp_path / "store", embeddings=fake_embeddings)
+    with pytest.raises(IngestError, match=r"feed\.txt: it is a named pipe \(FIFO\), not a regular"):
+        ingest_paths([fifo], store, progress=False)
+    assert not (tmp_path / "store").exists()
+
+
+def test_things_in_folders_that_cannot_be_read_as_files_are_skipped_with_a_note(
+    tmp_path, docs, fake_embeddings
+):
+    os.mkfifo(docs / "pipe.md")
+    threading.Thread(target=_unblock_reader, args=(docs / "pipe.md", 30), daemon=True).start()
+    (docs / "gone.txt").symlink_to(tmp_path / "nowhere.txt")
+    store = open_store(tmp_path / "store", embeddings=fake_embeddings)
+    report = ingest_paths([docs], store, progress=False)
+    by_name = {Path(f.source).name: f for f in report.files}
+    assert {name: f.status for name, f in by_name.items()} == {
+        "a.txt": "added",
+        "b.md": "added",
+        "pipe.md": "skipped",
+        "gone.txt": "skipped",
+    }
+    assert "named pipe" in by_name["pipe.md"].notes[0]
+    assert "cannot read it" in by_name["gone.txt"].notes[0]
+    assert "skipped" in report.summary() and "named pipe" in report.summary()

@@ -1,0 +1,271 @@
+"""The store: opening creates and writes nothing, pending documents stay out of every
+read, the store location and the Chroma server timeout are checked. Real embedded Chroma
+on disk, fake embeddings."""
+
+import socket
+import threading
+from pathlib import Path
+
+import chromadb
+import pytest
+from chromadb.config import Settings
+from langchain_chroma import Chroma
+
+from hyde_lc.errors import EmbeddingMismatchError, IngestError, StoreError
+from hyde_lc.ingest import doc_version, ingest_paths
+from hyde_lc.neighbors import NeighborExpandingRetriever
+from hyde_lc.retriever import HyDERetriever
+from hyde_lc.store import (
+    COSINE,
+    META_DIMENSION,
+    META_MODEL,
+    META_PENDING,
+    StoreLocation,
+    collection_info,
+    open_store,
+    pending_versions,
+    set_pending,
+    visible_where,
+)
+from tests.conftest import FakeEmbeddings
+from tests.unit.test_ingest import long_text, tree_digest
+from tests.unit.test_neighbors import FixedHits
+
+
+def raw_collection(folder: Path, name: str = "hyde_lc"):
+    client = chromadb.PersistentClient(str(folder), settings=Settings(anonymized_telemetry=False))
+    return client.get_or_create_collection(name, configuration=COSINE)
+
+
+# -- opening creates and writes nothing --------------------------------------------------------
+
+
+def test_opening_a_new_store_creates_nothing_and_reads_it_as_empty(tmp_path, fake_embeddings):
+    folder = tmp_path / "store"
+    store = open_store(folder, embeddings=fake_embeddings)
+    assert store.similarity_search("lamp", k=3) == []
+    assert store.max_marginal_relevance_search("lamp", k=3) == []
+    assert store.get()["ids"] == []
+    assert HyDERetriever(vectorstore=store, n_hypotheses=0).invoke("lamp") == []
+    info = collection_info(store)
+    assert (info["chunks"], info["documents"], info["embedding_model"]) == (0, [], None)
+    assert not folder.exists()
+
+
+def test_a_refused_file_creates_no_store_and_another_model_may_then_ingest(
+    tmp_path, fake_embeddings
+):
+    binary = tmp_path / "image.txt"
+    binary.write_bytes(bytes(range(32)) * 64)
+    good = tmp_path / "good.txt"
+    good.write_text(long_text(4, "g"))
+    folder = tmp_path / "store"
+    with pytest.raises(IngestError, match="does not look like text"):
+        ingest_paths([good, binary], open_store(folder, embeddings=fake_embeddings), progress=False)
+    assert not folder.exists()  # no folder, so no empty collection bound to the first model
+    other = FakeEmbeddings(size=48, model_id="fake:other-48")
+    report = ingest_paths([good], open_store(folder, embeddings=other), progress=False)
+    assert report.files[0].status == "added"
+    info = collection_info(open_store(folder, embeddings=other))
+    assert (info["embedding_model"], info["embedding_dimension"]) == ("fake:other-48", 48)
+
+
+def test_files_without_text_create_no_store(tmp_path, fake_embeddings):
+    blank = tmp_path / "blank.txt"
+    blank.write_text("  \n ")
+    folder = tmp_path / "store"
+    report = ingest_paths([blank], open_store(folder, embeddings=fake_embeddings), progress=False)
+    assert report.files[0].status == "empty"
+    assert not folder.exists()
+
+
+def test_an_empty_collection_is_opened_without_a_write_and_takes_its_first_writes_model(
+    tmp_path, fake_embeddings
+):
+    folder = tmp_path / "store"
+    collection = raw_collection(folder)  # empty, bound to a model (as older versions left it)
+    collection.modify(metadata={META_MODEL: "fake:old-16", META_DIMENSION: 16})
+    bare = raw_collection(folder, "bare")  # empty, no record at all
+    digest = tree_digest(folder)
+    store = open_store(folder, embeddings=fake_embeddings)  # another model: fine, it is empty
+    open_store(folder, collection="bare", embeddings=fake_embeddings)
+    assert store.similarity_search("lamp") == []
+    assert tree_digest(folder) == digest  # opening and reading wrote nothing
+    assert bare.metadata is None
+    doc = tmp_path / "d.txt"
+    doc.write_text(long_text(3))
+    ingest_paths([doc], store, progress=False)
+    info = collection_info(open_store(folder, embeddings=fake_embeddings))
+    assert (info["embedding_model"], info["embedding_dimension"]) == ("fake:hash-32", 32)
+    with pytest.raises(EmbeddingMismatchError):  # now it holds vectors: no other model
+        open_store(folder, embeddings=FakeEmbeddings(size=16, model_id="fake:old-16"))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"path": ""}, "store folder is empty"),
+        ({"path": "  "}, "store folder is empty"),
+        ({"url": ""}, "server URL is empty"),
+        ({"path": "/tmp/x", "timeout": 0}, "positive number of seconds"),
+        ({"path": "/tmp/x", "timeout": float("nan")}, "positive number of seconds"),
+    ],
+)
+def test_bad_store_locations_are_refused(kwargs, message):
+    with pytest.raises(StoreError, match=message):
+        StoreLocation.resolve(**kwargs)
+
+
+def test_the_timeout_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("HYDE_LC_CHROMA_TIMEOUT", "2.5")
+    assert StoreLocation.resolve(url="http://127.0.0.1:1").timeout == 2.5
+    monkeypatch.setenv("HYDE_LC_CHROMA_TIMEOUT", "soon")
+    with pytest.raises(StoreError, match="HYDE_LC_CHROMA_TIMEOUT must be a positive number"):
+        StoreLocation.resolve(url="http://127.0.0.1:1")
+
+
+def test_bad_collection_names_are_refused_on_open(tmp_path, fake_embeddings):
+    for name in ("ab", "-abc", "a..b", "127.0.0.1"):
+        with pytest.raises(StoreError, match="invalid collection name"):
+            open_store(tmp_path / "store", collection=name, embeddings=fake_embeddings)
+    assert not (tmp_path / "store").exists()
+
+
+@pytest.fixture
+def silent_server():
+    """A TCP server on 127.0.0.1 that accepts connections and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join(5)
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+def test_a_server_that_never_answers_fails_naming_it(silent_server, fake_embeddings, monkeypatch):
+    monkeypatch.setenv("HYDE_LC_CHROMA_TIMEOUT", "1")
+    outcome: list[BaseException | None] = []
+
+    def open_it() -> None:
+        try:
+            open_store(url=silent_server, embeddings=fake_embeddings)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=open_it, daemon=True)
+    thread.start()
+    thread.join(120)  # generous: the point is that it comes back at all
+    assert outcome, "open_store waited for ever on a server that never answers"
+    assert isinstance(outcome[0], StoreError)
+    assert silent_server in str(outcome[0]) and "did not answer within 1 s" in str(outcome[0])
+
+
+# -- pending documents stay out of every read --------------------------------------------------
+
+
+@pytest.fixture
+def two_docs(tmp_path, fake_embeddings):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "hidden.txt").write_text(long_text(10, "hidden"))
+    (folder / "shown.txt").write_text(long_text(10, "shown"))
+    store = open_store(tmp_path / "store", embeddings=fake_embeddings)
+    ingest_paths([folder], store, chunk_size=200, chunk_overlap=20, progress=False)
+    got = store._collection.get(include=["documents", "metadatas"])
+    hidden = [
+        (text, meta)
+        for text, meta in zip(got["documents"], got["metadatas"], strict=True)
+        if meta["file_name"] == "hidden.txt"
+    ]
+    meta = hidden[0][1]
+    version = doc_version(meta["source"], meta["doc_id"], 200, 20)
+    return store, version, hidden
+
+
+def _files(docs) -> set[str]:
+    return {d.metadata["file_name"] for d in docs}
+
+
+def test_chunks_of_a_pending_document_stay_out_of_every_read(two_docs, fake_embeddings):
+    store, version, hidden = two_docs
+    text = next(t for t, _ in hidden if "hidden3." in t)  # finds its own chunk first
+    assert "hidden.txt" in _files(store.similarity_search(text, k=3))
+    set_pending(store, add=[version])
+    assert pending_versions(store) == [version]
+    k = 40  # more than the collection holds: everything visible comes back
+    assert _files(store.similarity_search(text, k=k)) == {"shown.txt"}
+    assert _files(d for d, _ in store.similarity_search_with_score(text, k=k)) == {"shown.txt"}
+    assert _files(store.max_marginal_relevance_search(text, k=5, fetch_k=k)) == {"shown.txt"}
+    assert _files(store.as_retriever(search_kwargs={"k": k}).invoke(text)) == {"shown.txt"}
+    got = store.get(include=["metadatas"])
+    assert {m["file_name"] for m in got["metadatas"]} == {"shown.txt"}
+    for options in ({}, {"search_type": "mmr"}):
+        hyde = HyDERetriever(vectorstore=store, n_hypotheses=0, k=k, **options)
+        assert _files(hyde.invoke(text)) == {"shown.txt"}
+    # Any Chroma over the collection, not only open_store's, through HyDERetriever.
+    plain = Chroma(
+        collection_name="hyde_lc", client=store._client, embedding_function=fake_embeddings
+    )
+    assert "hidden.txt" in _files(plain.similarity_search(text, k=k))
+    assert _files(HyDERetriever(vectorstore=plain, n_hypotheses=0, k=k).invoke(text)) == {
+        "shown.txt"
+    }
+    info = collection_info(store)
+    assert [d["source"].rsplit("/", 1)[-1] for d in info["documents"]] == ["shown.txt"]
+    assert info["chunks"] == info["documents"][0]["chunks"]
+    assert info["incomplete"][0]["chunks_written"] == len(hidden)
+    # Neighbour expansion reads no neighbour of a hidden chunk, even from a base that
+    # does not filter: the hit comes back alone.
+    raw = plain.similarity_search(text, k=1)[0]
+    raw.metadata["score"] = 1.0
+    wide = NeighborExpandingRetriever(
+        base_retriever=FixedHits(hits=[raw]), vectorstore=store, k=1, window=2
+    )
+    (window,) = wide.invoke("q")
+    assert window.page_content == raw.page_content
+    assert (window.metadata["window_start"], window.metadata["window_end"]) == (
+        raw.metadata["chunk_index"],
+        raw.metadata["chunk_index"],
+    )
+    set_pending(store, remove=[version])
+    assert pending_versions(store) == []
+    assert "hidden.txt" in _files(store.similarity_search(text, k=3))
+    assert META_PENDING not in (store._client.get_collection("hyde_lc").metadata or {})
+
+
+def test_visible_where_changes_nothing_while_nothing_is_pending(two_docs):
+    store, version, _ = two_docs
+    assert visible_where(store) is None
+    assert visible_where(store, {"source": "x"}) == {"source": "x"}
+    set_pending(store, add=[version])
+    assert visible_where(store, {"source": "x"}) == {
+        "$and": [{"source": "x"}, {"doc_version": {"$nin": [version]}}]
+    }
+
+
+def test_a_reader_sees_a_document_pended_by_another_store_object(
+    tmp_path, two_docs, fake_embeddings
+):
+    store, version, hidden = two_docs
+    reader = open_store(tmp_path / "store", embeddings=fake_embeddings)
+    text = hidden[0][0]
+    assert "hidden.txt" in _files(reader.similarity_search(text, k=40))
+    set_pending(store, add=[version])  # the pending list is read fresh on every search
+    assert _files(reader.similarity_search(text, k=40)) == {"shown.txt"}
