@@ -219,6 +219,41 @@ def question_language(text: str) -> str:
     return {"greek": "Greek", "hebrew": "Hebrew", "thai": "Thai"}.get(script, SAME_LANGUAGE)
 
 
+NOT_ENOUGH_INFORMATION: dict[str, str] = {
+    "Chinese": "提供的文档中没有足够的信息来回答这个问题。",
+    "Japanese": "提供された文書には、回答するのに十分な情報がありません。",
+    "Korean": "제공된 문서에는 답변하기에 충분한 정보가 없습니다.",
+}
+"""The answer model's fixed reply when the context lacks the answer, per `question_language`
+(English keeps ``hyde_lc.answer.NOT_ENOUGH_INFORMATION``)."""
+
+ABSTENTION_MARKERS: tuple[str, ...] = (
+    "enough information",
+    "没有足够的信息",
+    "沒有足夠的資訊",
+    "十分な情報がありません",
+    "충분한 정보가 없습니다",
+)
+"""Phrases that mark an answer as "not enough information", in the languages above."""
+
+
+def not_enough_information(language: str) -> str | None:
+    """The fixed "not enough information" reply in ``language``, None if there is none.
+
+    Example:
+        >>> not_enough_information(question_language("灯塔的透镜是谁发明的？"))
+        '提供的文档中没有足够的信息来回答这个问题。'
+
+    """
+    return NOT_ENOUGH_INFORMATION.get(language)
+
+
+def says_not_enough_information(answer: str) -> bool:
+    """Whether an answer is the "not enough information" reply, in any language above."""
+    text = answer.lower()
+    return any(marker in text for marker in ABSTENTION_MARKERS)
+
+
 def language_code(text: str) -> str | None:
     """A short code for collection names: ``zh``, ``ja``, ``ko``, ``ru``, ... (None: Latin)."""
     name = question_language(text)

@@ -12,7 +12,9 @@ from hyde_lc.language import (
     is_english_only_model,
     language_code,
     model_languages,
+    not_enough_information,
     question_language,
+    says_not_enough_information,
     script_shares,
 )
 from tests.conftest import ROOT, SAMPLE_PDF
@@ -80,6 +82,30 @@ def test_long_text_is_sampled_across_its_whole_length():
 )
 def test_question_language(question, language):
     assert question_language(question) == language
+
+
+@pytest.mark.parametrize(
+    ("question", "marker"),
+    [
+        ("灯塔的透镜是谁发明的？", "没有足够的信息"),
+        ("灯台のレンズは誰が発明しましたか？", "十分な情報がありません"),
+        ("등대 렌즈는 누가 발명했나요?", "충분한 정보가 없습니다"),
+    ],
+)
+def test_not_enough_information_in_the_question_language(question, marker):
+    reply = not_enough_information(question_language(question))
+    assert reply is not None
+    assert marker in reply
+    assert says_not_enough_information(reply)
+    assert says_not_enough_information(f"抱歉。{reply}")
+
+
+def test_not_enough_information_elsewhere():
+    assert not_enough_information("English") is None  # hyde_lc.answer has it
+    assert not_enough_information(SAME_LANGUAGE) is None
+    assert says_not_enough_information("I don't have enough information in the documents.")
+    assert not says_not_enough_information("菲涅耳透镜由法国物理学家菲涅耳发明。")
+    assert not says_not_enough_information("The Fresnel lens was invented in 1822.")
 
 
 def test_language_codes_for_collection_names():
