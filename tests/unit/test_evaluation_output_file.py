@@ -367,3 +367,12 @@ def test_an_output_path_that_is_a_folder_is_refused(tmp_path, store):  # noqa: F
     with pytest.raises(HydeLcError, match=f"{folder} is a folder"):
         _run(_questions(tmp_path), never, folder)
     assert list(folder.iterdir()) == []
+
+
+def test_an_output_path_under_a_file_is_refused(tmp_path, store):  # noqa: F811
+    notes = tmp_path / "notes.txt"
+    notes.write_text("keep me\n", "utf-8")
+    never = NeverRuns(store=store, mode="standard", retrieval_only=True, k=2)
+    with pytest.raises(HydeLcError, match=f"{notes} is a file, not a folder"):
+        _run(_questions(tmp_path), never, notes / "out.jsonl")
+    assert notes.read_text("utf-8") == "keep me\n"
