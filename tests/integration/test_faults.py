@@ -1,15 +1,21 @@
-"""Faults on real components: ingestion killed mid-run, concurrent writers and readers.
+"""Faults on real components: ingestion killed mid-run (also mid-document, for a document
+larger than one Chroma write), concurrent writers and readers, a read-only store, an
+unreadable folder, a pipe named as a file, a refused file, a server that never answers.
 
 Ingestion runs in subprocesses (``hyde-lc ingest`` or ``ingest_paths``) with the real
-local embeddings (``local:minilm``) into an embedded Chroma folder; the test process
-polls, kills, queries and compares. Every check of the collection reads it through a
-fresh Chroma client, since a client's vector index does not see other processes' writes.
+local embeddings (``local:minilm``, or fake ones where only the writing matters) into an
+embedded Chroma folder; the test process polls, kills, queries and compares. Every check
+of the collection reads it through a fresh Chroma client, since a client's vector index
+does not see other processes' writes. Permission tests run the child without root's
+permission override (setpriv) when the tests run as root.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -261,3 +267,232 @@ def test_threads_query_while_another_process_ingests(tmp_path):
     last = contents(store_dir)
     text = next(t for t, m in last.values() if m["source"] == str(paths[-1]))
     assert mine.similarity_search(text, k=1)[0].page_content == text
+
+
+# -- a document larger than one Chroma write, killed mid-way -----------------------------------
+
+LARGE_INGEST = """
+import json, sys, time
+sys.path.insert(0, {root!r})
+from hyde_lc import ingest_paths, open_store
+from tests.conftest import FakeEmbeddings
+
+class Slow(FakeEmbeddings):
+    def embed_documents(self, texts):
+        time.sleep(float(sys.argv[3]))
+        return super().embed_documents(texts)
+
+store = open_store(sys.argv[1], embeddings=Slow(size=32))
+report = ingest_paths([sys.argv[2]], store, chunk_size=200, chunk_overlap=20, batch_size=8,
+                      max_write=40, progress=False)
+print(json.dumps([vars(f) for f in report.files]))
+"""
+
+
+def large_ingest(store: Path, path: Path, delay: float) -> subprocess.Popen:
+    """``ingest_paths`` of one file in a child: 200-character chunks, at most 40 per write."""
+    from tests.conftest import ROOT
+
+    script = LARGE_INGEST.format(root=str(ROOT))
+    return subprocess.Popen(
+        [sys.executable, "-c", script, str(store), str(path), str(delay)],
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def fresh_store(store: Path):
+    """``open_store`` through a new client (this process's cached one may be stale)."""
+    from chromadb.api.shared_system_client import SharedSystemClient
+
+    from hyde_lc import open_store
+    from tests.conftest import FakeEmbeddings
+
+    SharedSystemClient.clear_system_cache()
+    return open_store(store, embeddings=FakeEmbeddings(size=32))
+
+
+def test_a_large_document_killed_mid_write_stays_hidden_and_the_rerun_resumes(tmp_path):
+    from hyde_lc import HyDERetriever, collection_info
+    from hyde_lc.ingest import load_document, split_document
+
+    path = write_corpus(tmp_path / "docs", ["big.md"], sentences=1800)[0]
+    store = tmp_path / "store"
+    finish(large_ingest(store, path, 0))
+    (old_id,) = {m["doc_id"] for _, m in contents(store).values()}
+    old_count = len(contents(store))
+    path.write_text("Edited: the keeper's log, second copy.\n\n" + path.read_text(), "utf-8")
+    new = split_document(load_document(path), "fake:hash-32", 200, 20)
+    new_id = new[0].metadata["doc_id"]
+    assert len(new) > 10 * 40  # many writes
+
+    def written() -> int:
+        return len(collection(store).get(where={"doc_id": new_id}, include=[])["ids"])
+
+    proc = large_ingest(store, path, 0.05)
+    deadline = time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline and proc.poll() is None and written() < 80:
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    done = written()
+    assert 80 <= done < len(new), "the kill did not land mid-document"
+
+    # Nothing of the new version is visible; the old one is, whole.
+    reader = fresh_store(store)
+    seen = {m["doc_id"] for m in reader.get(include=["metadatas"])["metadatas"]}
+    for chunk in new[: done + 5 : 7]:
+        seen |= {d.metadata["doc_id"] for d in reader.similarity_search(chunk.text, k=10)}
+        for options in ({}, {"search_type": "mmr"}):
+            hyde = HyDERetriever(vectorstore=reader, n_hypotheses=0, k=10, **options)
+            seen |= {d.metadata["doc_id"] for d in hyde.invoke(chunk.text)}
+    assert seen == {old_id}
+    info = collection_info(reader)
+    assert [(d["doc_id"], d["chunks"]) for d in info["documents"]] == [(old_id, old_count)]
+    assert [(d["doc_id"], d["chunks_written"]) for d in info["incomplete"]] == [(new_id, done)]
+
+    # The rerun embeds only what the killed run had not written, then switches versions.
+    out, _ = finish(large_ingest(store, path, 0))
+    (result,) = json.loads(out)
+    assert (result["status"], result["chunks"]) == ("replaced", len(new))
+    assert result["embedded"] == len(new) - done
+    items = contents(store)
+    assert half_written(items) == [] and {m["doc_id"] for _, m in items.values()} == {new_id}
+    assert sorted(items) == sorted(c.id for c in new)
+    assert collection_info(fresh_store(store))["incomplete"] == []
+    assert_complete_exactly_once(store, [path])
+
+
+# -- permissions, pipes and servers that never answer -------------------------------------------
+
+
+def without_root_powers() -> list[str]:
+    """A command prefix under which file permissions apply (root normally ignores them).
+
+    As root: setpriv drops the capabilities that override permissions. Skips the test
+    where that is not possible.
+    """
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root, and setpriv is missing: permissions cannot be tested")
+    prefix = [setpriv, "--bounding-set=-dac_override,-dac_read_search"]
+    if subprocess.run([*prefix, "true"], capture_output=True).returncode != 0:
+        pytest.skip("running as root, and setpriv cannot drop the permission override here")
+    return prefix
+
+
+def run_cli(args: list[str], prefix: list[str] | None = None, **env: str):
+    return subprocess.run(
+        [*(prefix or []), HYDE_LC, *args],
+        env={**child_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def folder_digest(folder: Path) -> dict[str, str]:
+    import hashlib
+
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_a_read_only_store_can_be_searched_but_not_written(tmp_path):
+    prefix = without_root_powers()
+    paths = write_corpus(tmp_path / "docs", ["keeper.md", "later.md"], sentences=11)
+    store = tmp_path / "store"
+    finish(cli_ingest(store, paths[:1]))
+    before = folder_digest(store)
+    subprocess.run(["chmod", "-R", "a-w", str(store)], check=True)
+    try:
+        info = run_cli(["info", "--store", str(store), "--json"], prefix)
+        assert info.returncode == 0, info.stderr
+        assert json.loads(info.stdout)["chunks"] > 0
+        assert "read-only" in info.stderr  # says it reads a temporary copy
+        ask = ["ask", "lamp", "--mode", "standard", "--no-answer", "--store", str(store)]
+        asked = run_cli([*ask, "--json"], prefix)
+        assert asked.returncode == 0, asked.stderr
+        assert json.loads(asked.stdout)["documents"]
+        refused = run_cli(["ingest", str(paths[1]), "--store", str(store)], prefix)
+        assert refused.returncode == 2
+        assert "is read-only: it can be searched but not written" in refused.stderr
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(store)], check=True)
+    assert folder_digest(store) == before
+
+
+def test_an_unreadable_sub_folder_is_reported(tmp_path):
+    prefix = without_root_powers()
+    docs = tmp_path / "docs"
+    write_corpus(docs, ["a.md"], sentences=11)
+    write_corpus(docs / "locked", ["b.md"], sentences=11)
+    (docs / "locked").chmod(0)
+    try:
+        done = run_cli(["ingest", str(docs), "--store", str(tmp_path / "store")], prefix)
+    finally:
+        (docs / "locked").chmod(0o755)
+    assert done.returncode == 0, done.stderr
+    assert "a.md" in done.stdout
+    assert f"{docs / 'locked'}" in done.stdout
+    assert "folder skipped: cannot read it (Permission denied)" in done.stdout
+
+
+def test_a_pipe_named_on_the_command_line_is_refused(tmp_path):
+    fifo = tmp_path / "feed.txt"
+    os.mkfifo(fifo)
+    done = run_cli(["ingest", str(fifo), "--store", str(tmp_path / "store")])
+    assert done.returncode == 2
+    assert "it is a named pipe (FIFO), not a regular file" in done.stderr
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_refused_file_leaves_no_store_behind(tmp_path):
+    good = write_corpus(tmp_path / "docs", ["good.md"], sentences=11)[0]
+    binary = tmp_path / "docs" / "scan.txt"
+    binary.write_bytes(bytes(range(32)) * 100)
+    done = run_cli(["ingest", str(good), str(binary), "--store", str(tmp_path / "store")])
+    assert done.returncode == 2 and "does not look like text" in done.stderr
+    assert not (tmp_path / "store").exists()
+
+
+def test_info_on_a_server_that_never_answers_fails_naming_it(tmp_path):
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.getsockname()[1]}"
+    try:
+        done = run_cli(["info", "--chroma-url", url], HYDE_LC_CHROMA_TIMEOUT="2")
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in held:
+            conn.close()
+        server.close()
+    assert done.returncode == 2
+    assert f"the Chroma server at {url} did not answer within 2 s" in done.stderr
