@@ -1,13 +1,25 @@
 """Answering strictly from retrieved context, with citations, as LCEL runnables.
 
 `build_answer_chain` turns any retriever plus a chat model into a runnable from a
-question to ``{"question", "documents", "answer", "sources"}``. The prompt numbers each
-context passage with its file and page, asks for ``[n]`` citations, and tells the model to
-say it does not have enough information when the context lacks the answer.
+question to ``{"question", "documents", "answer", "sources", "context_documents",
+"dropped_documents", "context_note"}``. The prompt numbers each context passage with its
+file and page, asks for ``[n]`` citations, and tells the model to say it does not have
+enough information when the context lacks the answer.
+
+The context is budgeted in tokens for the answer model's window: the window, less the
+answer's ``max_tokens`` and the prompt around the passages, is what the passages may
+take. When they do not fit, the lowest-ranked passages are left out first; if even the
+top one does not fit, it is cut to fit. `fit_context` says what was left out in a note
+(``context_note`` in the chain's output), so an answer is never silently based on less
+than was retrieved. Local models count tokens with their own tokenizer and know their
+window (`hyde_lc.local_llm.LocalChatModel.context_size`); for a remote model the window
+is ``llm.metadata["context_window"]`` (``load_llm(..., context_size=N)``) or the
+``context_window`` argument, else unlimited, and tokens are estimated conservatively.
 
 Small models cite unreliably, so ``sources`` does not depend on it: it lists the passages
 the answer cites, or, when it cites none, every passage it was given; and nothing when
-the model said it lacks the information.
+the model said it lacks the information. Reasoning a "thinking" model writes before its
+answer (``<think>...</think>``) is removed (`hyde_lc.reasoning`).
 
 Question and passages are data: they are filled into the prompt verbatim and never
 interpreted as template syntax. A question longer than
@@ -26,16 +38,26 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.documents import Document
 from langchain_core.language_models import BaseLanguageModel
+from langchain_core.messages import BaseMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import Runnable, RunnableLambda, RunnablePassthrough
+from langchain_core.runnables import (
+    Runnable,
+    RunnableGenerator,
+    RunnableLambda,
+    RunnablePassthrough,
+)
 
+from hyde_lc.local_llm import ContextWindowError, LocalChatModel, estimate_tokens
+from hyde_lc.models import CONTEXT_WINDOW_KEY
+from hyde_lc.reasoning import astrip_reasoning_stream, strip_reasoning_stream
 from hyde_lc.retriever import clip_query
 
 NOT_ENOUGH_INFORMATION = "I don't have enough information in the provided documents to answer."
@@ -54,6 +76,11 @@ ANSWER_PROMPT = ChatPromptTemplate.from_messages(
 )
 """The answering prompt (variables ``context`` and ``question``)."""
 
+DEFAULT_ANSWER_TOKENS = 512
+"""Tokens kept free for the answer when the model sets no ``max_tokens``."""
+_SPARE_TOKENS = 16  # tokenisation at passage boundaries, template differences
+_MIN_PASSAGE_TOKENS = 32  # below this, a trimmed top passage is not worth sending
+
 
 def citation(doc: Document) -> str:
     """``file, p. N`` (or ``pp. N-M``) for a chunk from a hyde_lc collection."""
@@ -67,12 +94,13 @@ def citation(doc: Document) -> str:
     return f"{name}, p. {page}"
 
 
+def _passage(number: int, doc: Document) -> str:
+    return f"[{number}] ({citation(doc)})\n{doc.page_content.strip()}"
+
+
 def format_context(documents: Sequence[Document]) -> str:
     """Number the passages and label each with its citation."""
-    return "\n\n".join(
-        f"[{i}] ({citation(doc)})\n{doc.page_content.strip()}"
-        for i, doc in enumerate(documents, start=1)
-    )
+    return "\n\n".join(_passage(i, doc) for i, doc in enumerate(documents, start=1))
 
 
 def is_abstention(answer: str) -> bool:
@@ -90,28 +118,207 @@ def cited_sources(answer: str, documents: Sequence[Document]) -> list[str]:
     return [f"[{n}] {citation(documents[n - 1])}" for n in chosen]
 
 
-def answer_from_documents(llm: BaseLanguageModel) -> Runnable[dict[str, Any], str]:
-    """A runnable from ``{"question", "documents"}`` to the answer text."""
+# -- fitting the context to the answer model's window ---------------------------------
+
+
+@dataclass
+class ContextFit:
+    """The passages an answer model is given, after fitting them to its window."""
+
+    documents: list[Document]
+    """The passages kept, in rank order (a prefix of the retrieved ones, so ``[n]``
+    numbers match); the top one carries ``metadata["context_trimmed_from"]`` if cut."""
+    dropped: list[Document] = field(default_factory=list)
+    """The lowest-ranked passages left out."""
+    note: str | None = None
+    """What was left out or cut, and why; None when everything fits."""
+    window: int | None = None
+    """The answer model's context window in tokens (None: unknown, nothing budgeted)."""
+    budget: int | None = None
+    """Tokens the passages could take."""
+
+
+def model_context_window(llm: BaseLanguageModel) -> int | None:
+    """The answer model's context window in tokens, or None when unknown."""
+    if isinstance(llm, LocalChatModel):
+        return llm.context_size
+    window = (getattr(llm, "metadata", None) or {}).get(CONTEXT_WINDOW_KEY)
+    return int(window) if isinstance(window, int | float) and window > 0 else None
+
+
+def _counters(
+    llm: BaseLanguageModel,
+) -> tuple[Callable[[str], int], Callable[[list[BaseMessage]], int]]:
+    """Token counters for text and for a whole prompt (exact for local models)."""
+    if isinstance(llm, LocalChatModel):
+        return llm.get_num_tokens, llm.get_num_tokens_from_messages
+    # Remote tokenizers (tiktoken, Hugging Face) may need a download: estimate instead.
+    return estimate_tokens, lambda messages: sum(estimate_tokens(m.text) + 8 for m in messages)
+
+
+def _trim(doc: Document, number: int, budget: int, count: Callable[[str], int]) -> Document:
+    """``doc`` cut (at a word boundary) so that its passage takes at most ``budget``."""
+    text = doc.page_content.strip()
+    size = len(text)
+    for _ in range(8):
+        tokens = count(_passage(number, doc.model_copy(update={"page_content": text[:size]})))
+        if tokens <= budget:
+            break
+        size = int(size * min(0.95, budget / tokens))
+    cut = text[:size]
+    if size < len(text) and " " in cut:
+        cut = cut[: cut.rfind(" ")]
+    meta = {**doc.metadata, "context_trimmed_from": len(text)}
+    return doc.model_copy(update={"page_content": cut, "metadata": meta})
+
+
+def fit_context(
+    documents: Sequence[Document],
+    llm: BaseLanguageModel,
+    *,
+    question: str,
+    context_window: int | None = None,
+    answer_tokens: int | None = None,
+) -> ContextFit:
+    """Keep the highest-ranked passages that fit the answer model's window.
+
+    ``context_window`` overrides the model's own window (`model_context_window`);
+    ``answer_tokens`` the room kept for the answer (the model's ``max_tokens``). Raises
+    `hyde_lc.local_llm.ContextWindowError` only when the question alone leaves no room
+    for any passage.
+    """
+    docs = list(documents)
+    window = context_window or model_context_window(llm)
+    if window is None or not docs:
+        return ContextFit(docs, window=window)
+    count_text, count_prompt = _counters(llm)
+    question = clip_query(question)[0]
+    reserve = answer_tokens or getattr(llm, "max_tokens", None) or DEFAULT_ANSWER_TOKENS
+    overhead = count_prompt(ANSWER_PROMPT.format_messages(context="", question=question))
+    budget = window - int(reserve) - overhead - _SPARE_TOKENS
+    if budget < _MIN_PASSAGE_TOKENS:
+        raise ContextWindowError(
+            f"the question and the answer's {reserve} tokens leave no room for any passage in "
+            f"the answer model's {window}-token context window: ask a shorter question, lower "
+            "the answer's max_tokens, or raise the window (HYDE_LC_N_CTX=8192 for local "
+            "models, load_llm(..., context_size=N))"
+        )
+    kept: list[Document] = []
+    used = 0
+    for number, doc in enumerate(docs, start=1):
+        tokens = count_text(_passage(number, doc)) + (2 if kept else 0)
+        if used + tokens > budget:
+            break
+        kept.append(doc)
+        used += tokens
+    notes = []
+    if not kept:
+        top = _trim(docs[0], 1, budget, count_text)
+        kept = [top]
+        notes.append(
+            f"passage [1] cut from {top.metadata['context_trimmed_from']:,} to "
+            f"{len(top.page_content):,} characters"
+        )
+    dropped = docs[len(kept) :]
+    if dropped:
+        first = len(kept) + 1
+        names = "; ".join(f"[{n}] {citation(d)}" for n, d in enumerate(dropped, start=first))
+        notes.append(f"{len(dropped)} of {len(docs)} passages left out ({names})")
+    note = None
+    if notes:
+        note = (
+            f"context: {' and '.join(notes)} to fit the answer model's {window:,}-token "
+            f"window ({budget:,} tokens for passages)"
+        )
+    return ContextFit(kept, dropped, note, window, budget)
+
+
+# -- the chains -----------------------------------------------------------------------
+
+
+def _fitted(llm: BaseLanguageModel, window: int | None) -> Runnable[dict[str, Any], dict[str, Any]]:
+    def fit(inputs: dict[str, Any]) -> dict[str, Any]:
+        question = clip_query(inputs["question"])[0]
+        fitted = fit_context(inputs["documents"], llm, question=question, context_window=window)
+        return {"question": question, "fit": fitted}
+
+    return RunnableLambda(fit, name="fit_context")
+
+
+def _generate(llm: BaseLanguageModel) -> Runnable[dict[str, Any], str]:
     to_prompt: Runnable[dict[str, Any], dict[str, Any]] = RunnableLambda(
         lambda inputs: {
-            "question": clip_query(inputs["question"])[0],
-            "context": format_context(inputs["documents"]),
+            "question": inputs["question"],
+            "context": format_context(inputs["fit"].documents),
         },
         name="format_context",
     )
-    return (to_prompt | ANSWER_PROMPT | llm | StrOutputParser()).with_config(run_name="answer")
+    strip = RunnableGenerator(
+        strip_reasoning_stream, astrip_reasoning_stream, name="strip_reasoning"
+    )
+    return to_prompt | ANSWER_PROMPT | llm | StrOutputParser() | strip
+
+
+def answer_from_documents(
+    llm: BaseLanguageModel, *, context_window: int | None = None
+) -> Runnable[dict[str, Any], str]:
+    """A runnable from ``{"question", "documents"}`` to the answer text.
+
+    The documents are fitted to the model's window first (`fit_context`); use
+    `answer_with_context` to also get what was left out.
+    """
+    chain = _fitted(llm, context_window) | _generate(llm)
+    return chain.with_config(run_name="answer")
+
+
+def answer_with_context(
+    llm: BaseLanguageModel, *, context_window: int | None = None
+) -> Runnable[dict[str, Any], dict[str, Any]]:
+    """A runnable from ``{"question", "documents"}`` to the answer and its context.
+
+    Returns ``{"answer", "context_documents", "dropped_documents", "context_note"}``
+    (see `fit_context`).
+    """
+    unpack: Runnable[dict[str, Any], dict[str, Any]] = RunnableLambda(
+        lambda out: {
+            "answer": out["answer"],
+            "context_documents": out["fit"].documents,
+            "dropped_documents": out["fit"].dropped,
+            "context_note": out["fit"].note,
+        },
+        name="context_report",
+    )
+    chain = (
+        _fitted(llm, context_window) | RunnablePassthrough.assign(answer=_generate(llm)) | unpack
+    )
+    return chain.with_config(run_name="answer")
 
 
 def build_answer_chain(
-    retriever: BaseRetriever, llm: BaseLanguageModel
+    retriever: BaseRetriever, llm: BaseLanguageModel, *, context_window: int | None = None
 ) -> Runnable[str, dict[str, Any]]:
-    """Question -> ``{"question", "documents", "answer", "sources"}``."""
+    """A runnable from a question to the retrieved passages, the answer and its sources.
+
+    Returns ``{"question", "documents", "answer", "sources", "context_documents",
+    "dropped_documents", "context_note"}``: ``documents`` are the retrieved passages,
+    ``context_documents`` those the answer model was given (see `fit_context`), which
+    ``sources`` refers to.
+    """
     add_sources: Runnable[dict[str, Any], dict[str, Any]] = RunnableLambda(
-        lambda out: {**out, "sources": cited_sources(out["answer"], out["documents"])},
+        lambda out: {
+            "question": out["question"],
+            "documents": out["documents"],
+            **out["answered"],
+            "sources": cited_sources(
+                out["answered"]["answer"], out["answered"]["context_documents"]
+            ),
+        },
         name="cited_sources",
     )
     return (
         {"question": RunnablePassthrough(), "documents": retriever}
-        | RunnablePassthrough.assign(answer=answer_from_documents(llm))
+        | RunnablePassthrough.assign(
+            answered=answer_with_context(llm, context_window=context_window)
+        )
         | add_sources
     ).with_config(run_name="hyde_lc.answer_chain")

@@ -1,7 +1,7 @@
 """`LocalChatModel`: a LangChain chat model over llama.cpp, in-process, on the CPU.
 
 It runs llama.cpp's own server engine through ``xllamacpp`` (a prebuilt CPU wheel), so
-it needs no compiler, no HTTP port and no network. Unlike
+it needs no compiler and no network. Unlike
 ``langchain_community.chat_models.ChatLlamaCpp`` it reports token usage
 (``usage_metadata``) exactly as remote chat models do, which per-stage accounting needs.
 
@@ -9,7 +9,18 @@ One engine is loaded per GGUF file and shared by every `LocalChatModel` that use
 the hypothesis model (temperature 0.7) and the answer model (temperature 0) over the
 same weights cost one load and one copy in memory. Temperature, seed and length are
 per request. Concurrent calls (``batch``, ``abatch``, async HyDE hypotheses) are decoded
-together by llama.cpp's continuous batching, up to ``parallel`` at once.
+together by llama.cpp's continuous batching, up to ``parallel`` at once; further calls
+wait for a free slot.
+
+Every request can be stopped: it is streamed token by token, and it ends within one
+decoding step when the caller stops reading, when its awaiting task is cancelled, or
+when the `hyde_lc.cancellation.CancelScope` it runs under is cancelled (what
+`hyde_lc.hypotheses.write_hypotheses` does on timeout). A stopped request frees its slot
+at once, so the next call (the answer, say) never queues behind abandoned work.
+
+The context window is ``context_size`` tokens per request (prompt plus output), 4,096 by
+default or ``HYDE_LC_N_CTX``. The engine also listens on a random 127.0.0.1 port, guarded
+by a random API key; it is used only to count tokens with the model's own tokenizer.
 
 Example:
     >>> from hyde_lc import load_llm
@@ -21,13 +32,21 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import json
+import math
 import os
 import queue
+import re
+import secrets
 import threading
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import (
     AIMessage,
@@ -39,19 +58,126 @@ from langchain_core.messages import (
 )
 from langchain_core.messages.ai import UsageMetadata
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables.config import run_in_executor
 from pydantic import Field
 
-from hyde_lc.errors import HydeLcError, MissingDependencyError
+from hyde_lc.cancellation import CancelScope, GenerationCancelled, cancel_scope, current_scope
+from hyde_lc.errors import (
+    HydeLcError,
+    InvalidSettingError,
+    MissingDependencyError,
+    ModelFileError,
+)
 
-_ENGINES: dict[tuple[str, int, int, int, int], Any] = {}
-_ENGINES_LOCK = threading.Lock()
+N_CTX_ENV = "HYDE_LC_N_CTX"
+"""Environment variable with the default context window of local models, in tokens."""
+DEFAULT_CONTEXT_SIZE = 4096
+_POLL_S = 0.05  # how often a waiting request looks at its cancellation flag
+_DONE = object()
+_EXIT_WAIT_S = 30.0
+
+
+class _InFlight:
+    """Engine calls under way, so that the interpreter can stop them before it exits.
+
+    llama.cpp hands each token to Python through a callback that needs the GIL. A call
+    still running while the interpreter finalises would take the GIL in a dying thread,
+    which aborts the process ("FATAL: exception not rethrown"). At exit every call is
+    told to stop, and the exit waits (one decoding step, at most ``_EXIT_WAIT_S``) until
+    none is left inside the engine.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.closing = threading.Event()
+        self.changed = threading.Condition()
+
+    def enter(self) -> None:
+        with self.changed:
+            self.count += 1
+
+    def leave(self) -> None:
+        with self.changed:
+            self.count -= 1
+            self.changed.notify_all()
+
+    def stop_all(self, timeout: float = _EXIT_WAIT_S) -> bool:
+        """Stop every call and wait until none is inside the engine; False on timeout."""
+        self.closing.set()
+        with self.changed:
+            return self.changed.wait_for(lambda: self.count == 0, timeout)
+
+
+_IN_FLIGHT = _InFlight()
+atexit.register(_IN_FLIGHT.stop_all)
+
+
+class ContextWindowError(HydeLcError):
+    """A request that does not fit the local model's context window."""
 
 
 def _default_threads() -> int:
     return int(os.environ.get("HYDE_LC_THREADS", "0")) or max(1, os.cpu_count() or 1)
 
 
-def _engine(model_path: str, context_size: int, parallel: int, threads: int, poll: int) -> Any:
+def default_context_size() -> int:
+    """``HYDE_LC_N_CTX`` if set (a whole number of at least 256), else 4,096."""
+    raw = os.environ.get(N_CTX_ENV, "").strip()
+    if not raw:
+        return DEFAULT_CONTEXT_SIZE
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 256:
+        raise InvalidSettingError(
+            f"{N_CTX_ENV}={raw!r} is not a context size: give a whole number of tokens of at "
+            f"least 256, e.g. {N_CTX_ENV}=8192"
+        )
+    return value
+
+
+def estimate_tokens(text: str) -> int:
+    """A conservative token count without a tokenizer: one token per 3 bytes of UTF-8.
+
+    English runs about 4 characters per token with the usual tokenizers, so this
+    overestimates it; one character of Chinese (3 bytes) counts as one token.
+    """
+    return math.ceil(len(text.encode("utf-8")) / 3)
+
+
+@dataclass
+class _Engine:
+    """One loaded model: the llama.cpp server, its slots and its private loopback address."""
+
+    server: Any
+    slots: threading.BoundedSemaphore
+    address: str
+    api_key: str
+
+    def post(self, path: str, body: dict[str, Any], timeout: float = 30.0) -> Any:
+        """POST to the engine's own loopback HTTP server (tokenizer endpoints)."""
+        if not self.address.startswith("http://127.0.0.1:"):
+            raise OSError("the llama.cpp engine has no loopback address")
+        request = urllib.request.Request(
+            self.address + path,
+            data=json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self.api_key}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())
+
+    def metrics(self) -> dict[str, float]:
+        """llama.cpp's counters and gauges (``requests_processing``, ``n_decode_total``...)."""
+        text = str(self.server.handle_metrics())
+        return {k: float(v) for k, v in re.findall(r"^llamacpp:(\w+) (\S+)$", text, re.M)}
+
+
+_ENGINES: dict[tuple[str, int, int, int, int], _Engine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def _engine(model_path: str, context_size: int, parallel: int, threads: int, poll: int) -> _Engine:
     """The shared llama.cpp engine for these settings, loaded on first use."""
     key = (model_path, context_size, parallel, threads, poll)
     with _ENGINES_LOCK:
@@ -73,13 +199,24 @@ def _engine(model_path: str, context_size: int, parallel: int, threads: int, pol
             params.cpuparams_batch.poll = poll
             params.verbosity = -1
             params.warmup = False
+            params.endpoint_metrics = True  # busy slots, decoded tokens (read in-process)
+            # The engine always serves HTTP on a random loopback port; a random key keeps
+            # other local users off it.
+            api_key = secrets.token_urlsafe(24)
+            params.api_keys = [api_key]
             try:
-                _ENGINES[key] = xllamacpp.Server(params)
+                server = xllamacpp.Server(params)
             except RuntimeError as exc:
-                raise HydeLcError(
+                raise ModelFileError(
                     f"llama.cpp could not load {model_path} ({exc}): is it a valid GGUF "
                     "chat model file?"
                 ) from exc
+            _ENGINES[key] = _Engine(
+                server=server,
+                slots=threading.BoundedSemaphore(parallel),
+                address=str(server.listening_address or ""),
+                api_key=api_key,
+            )
         return _ENGINES[key]
 
 
@@ -131,8 +268,9 @@ class LocalChatModel(BaseChatModel):
     """Sampling seed; None draws a fresh one per call (so repeated calls differ)."""
     stop: list[str] | None = None
     """Stop sequences applied to every call."""
-    context_size: int = 4096
-    """Context window per concurrent request (prompt plus output), in tokens."""
+    context_size: int = Field(default_factory=default_context_size)
+    """Context window per concurrent request (prompt plus output), in tokens
+    (``HYDE_LC_N_CTX`` or 4,096). Memory grows with ``context_size * parallel``."""
     parallel: int = 4
     """Requests decoded together by continuous batching."""
     threads: int = Field(default_factory=_default_threads)
@@ -147,6 +285,7 @@ class LocalChatModel(BaseChatModel):
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
+        # These make up the hypothesis cache's key: adding one invalidates every cache.
         return {
             "model_name": self.resolved_model_name,
             "temperature": self.temperature,
@@ -173,62 +312,133 @@ class LocalChatModel(BaseChatModel):
             request["stop"] = list(stops)
         return request
 
-    def _engine(self) -> Any:
+    def _engine(self) -> _Engine:
         if not os.path.isfile(self.model_path):
-            raise HydeLcError(f"model file not found: {self.model_path}")
+            raise ModelFileError(f"model file not found: {self.model_path}")
         return _engine(self.model_path, self.context_size, self.parallel, self.threads, self.poll)
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        response = self._engine().handle_chat_completions(self._request(messages, stop, **kwargs))
-        if "error" in response or not response.get("choices"):
-            raise HydeLcError(f"llama.cpp failed: {response.get('error', response)}")
-        choice = response["choices"][0]
-        metadata = {
-            "model_name": self.resolved_model_name,
-            "finish_reason": choice.get("finish_reason"),
-            "timings": response.get("timings", {}),
-        }
-        message = AIMessage(
-            content=choice["message"].get("content") or "",
-            usage_metadata=_usage(response.get("usage")),
-            response_metadata=metadata,
-        )
-        return ChatResult(generations=[ChatGeneration(message=message)])
+    def engine_metrics(self) -> dict[str, float]:
+        """The engine's llama.cpp metrics.
 
-    def _stream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> Iterator[ChatGenerationChunk]:
-        request = self._request(messages, stop, **kwargs)
-        request.update(stream=True, stream_options={"include_usage": True})
+        ``requests_processing`` (busy slots), ``tokens_predicted_total``,
+        ``n_decode_total``, ...
+        """
+        return self._engine().metrics()
+
+    # -- token counting ----------------------------------------------------------------
+
+    def get_num_tokens(self, text: str) -> int:
+        """Tokens of ``text`` with the model's own tokenizer (an estimate if unavailable)."""
+        try:
+            return len(self._engine().post("/tokenize", {"content": text})["tokens"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return estimate_tokens(text)
+
+    def get_num_tokens_from_messages(
+        self, messages: list[BaseMessage], tools: Sequence[Any] | None = None
+    ) -> int:
+        """Prompt tokens of ``messages`` after the model's chat template, exactly."""
+        body = {"messages": self._request(messages, None)["messages"]}
+        try:
+            return int(
+                self._engine().post("/v1/chat/completions/input_tokens", body)["input_tokens"]
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return sum(estimate_tokens(m.text) + 8 for m in messages) + 16
+
+    # -- generation --------------------------------------------------------------------
+
+    def _fail(self, error: Any) -> HydeLcError:
+        if isinstance(error, dict) and error.get("type") == "exceed_context_size_error":
+            return ContextWindowError(
+                f"the request to {self.resolved_model_name} ({error.get('n_prompt_tokens')} "
+                f"tokens) does not fit its context window ({error.get('n_ctx')} tokens per "
+                f"request): shorten the input, or raise the window with {N_CTX_ENV}=8192 or "
+                "load_llm(..., context_size=8192)"
+            )
+        message = error.get("message", error) if isinstance(error, dict) else error
+        return HydeLcError(f"llama.cpp failed on {self.resolved_model_name}: {message}")
+
+    def _events(self, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """Stream the engine's chunks for ``request``; stoppable (see the module docstring).
+
+        llama.cpp streams through a callback on the calling thread, and stops a request
+        when that callback returns True. A worker thread runs the request and a queue
+        hands the chunks over, so the consumer can give up at any time.
+        """
+        request = {**request, "stream": True, "stream_options": {"include_usage": True}}
         engine = self._engine()
-        # llama.cpp streams through a callback on the calling thread; a worker thread
-        # and a queue turn that into a Python iterator.
-        chunks: queue.Queue[dict | BaseException | None] = queue.Queue()
+        scope = current_scope()
+        abandoned = threading.Event()
+
+        def stopped() -> bool:
+            return (
+                abandoned.is_set()
+                or _IN_FLIGHT.closing.is_set()
+                or (scope is not None and scope.cancelled)
+            )
+
+        def cancelled() -> GenerationCancelled:
+            reason = "abandoned by its caller"
+            if scope is not None and scope.cancelled:
+                reason = str(scope.reason)
+            elif _IN_FLIGHT.closing.is_set():
+                reason = "the interpreter is exiting"
+            return GenerationCancelled(f"generation cancelled: {reason}")
+
+        # Wait for a free slot here rather than in llama.cpp's queue: a waiting request can
+        # then be dropped without ever reaching the engine.
+        while not engine.slots.acquire(timeout=_POLL_S):
+            if stopped():
+                raise cancelled()
+        if stopped():
+            engine.slots.release()
+            raise cancelled()
+        items: queue.Queue[Any] = queue.Queue()
+
+        def on_chunk(chunk: Any) -> bool:
+            items.put(chunk)
+            return stopped()  # True makes llama.cpp cancel the request
 
         def work() -> None:
             try:
-                engine.handle_chat_completions(request, chunks.put)
+                engine.server.handle_chat_completions(request, on_chunk)
             except BaseException as exc:  # handed to the consumer below
-                chunks.put(exc)
+                items.put(exc)
             finally:
-                chunks.put(None)
+                engine.slots.release()
+                _IN_FLIGHT.leave()
+                items.put(_DONE)
 
-        threading.Thread(target=work, daemon=True).start()
-        while (item := chunks.get()) is not None:
-            if isinstance(item, BaseException):
-                raise item
-            if "error" in item:
-                raise HydeLcError(f"llama.cpp failed: {item['error']}")
+        _IN_FLIGHT.enter()
+        try:
+            threading.Thread(target=work, daemon=True, name="hyde-lc-llamacpp").start()
+        except BaseException:
+            _IN_FLIGHT.leave()
+            engine.slots.release()
+            raise
+        try:
+            while True:
+                try:
+                    item = items.get(timeout=_POLL_S)
+                except queue.Empty:
+                    if stopped():
+                        raise cancelled() from None
+                    continue
+                if item is _DONE:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                if isinstance(item, dict) and "error" in item:
+                    raise self._fail(item["error"])
+                if stopped():
+                    raise cancelled()
+                yield item
+        finally:
+            abandoned.set()  # a consumer that stops early stops the engine too
+
+    def _chunks(self, request: dict[str, Any]) -> Iterator[ChatGenerationChunk]:
+        for item in self._events(request):
             text = ""
             metadata: dict[str, Any] = {}
             if item.get("choices"):
@@ -239,14 +449,66 @@ class LocalChatModel(BaseChatModel):
                         "finish_reason": choice["finish_reason"],
                         "model_name": self.resolved_model_name,
                     }
+            if item.get("timings"):
+                metadata["timings"] = item["timings"]
             usage = _usage(item.get("usage"))
             if not text and not usage and not metadata:
                 continue
-            chunk = ChatGenerationChunk(
+            yield ChatGenerationChunk(
                 message=AIMessageChunk(
                     content=text, usage_metadata=usage, response_metadata=metadata
                 )
             )
-            if run_manager and text:
-                run_manager.on_llm_new_token(text, chunk=chunk)
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        parts: list[str] = []
+        usage: UsageMetadata | None = None
+        metadata: dict[str, Any] = {"model_name": self.resolved_model_name}
+        for chunk in self._chunks(self._request(messages, stop, **kwargs)):
+            parts.append(chunk.text)
+            usage = chunk.message.usage_metadata or usage  # type: ignore[attr-defined]
+            metadata.update(chunk.message.response_metadata)
+        metadata.setdefault("finish_reason", None)
+        metadata.setdefault("timings", {})
+        message = AIMessage(
+            content="".join(parts), usage_metadata=usage, response_metadata=metadata
+        )
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        # A cancelled awaiting task (asyncio.wait_for, TaskGroup...) stops the request.
+        scope = CancelScope(parent=current_scope())
+
+        def generate() -> ChatResult:
+            with cancel_scope(scope):
+                return self._generate(messages, stop, None, **kwargs)
+
+        try:
+            return await run_in_executor(None, generate)
+        except asyncio.CancelledError:
+            scope.cancel("the awaiting task was cancelled")
+            raise
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        for chunk in self._chunks(self._request(messages, stop, **kwargs)):
+            if run_manager and chunk.text:
+                run_manager.on_llm_new_token(chunk.text, chunk=chunk)
             yield chunk

@@ -18,6 +18,11 @@ With no spec, the environment decides (``HYDE_LC_HYPOTHESIS_LLM``,
 The hypothesis model samples at temperature 0.7 (as in the HyDE paper), the answer
 model at 0; keyword overrides win over both.
 
+Local models read ``context_size`` tokens per request (``HYDE_LC_N_CTX``, default 4,096;
+or ``load_llm(..., context_size=8192)``). Remote requests time out after
+``HYDE_LC_REQUEST_TIMEOUT`` seconds (60 by default; or ``timeout=...``); see
+`hyde_lc.endpoint_errors` for how their failures are reported.
+
 Example:
     >>> from hyde_lc import load_embeddings, load_llm
     >>> writer = load_llm(role="hypothesis")  # doctest: +SKIP
@@ -35,6 +40,7 @@ from typing import Any, Literal
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models.chat_models import BaseChatModel
 
+from hyde_lc.endpoint_errors import request_timeout
 from hyde_lc.errors import MissingDependencyError, ModelFileError, UnknownModelSpecError
 from hyde_lc.weights import LOCAL_LLM_WEIGHTS, PartSet
 
@@ -51,6 +57,8 @@ ROLE_MAX_TOKENS: dict[str, int] = {"hypothesis": 256, "answer": 384}
 ROLE_ENV: dict[str, str] = {"hypothesis": "HYDE_LC_HYPOTHESIS_LLM", "answer": "HYDE_LC_ANSWER_LLM"}
 EMBEDDINGS_ENV = "HYDE_LC_EMBEDDINGS"
 LOCAL_EMBEDDINGS = ("minilm",)
+CONTEXT_WINDOW_KEY = "context_window"
+"""Key of a remote chat model's ``metadata`` that holds its context window, in tokens."""
 
 
 @dataclass(frozen=True)
@@ -141,7 +149,11 @@ def load_llm(spec: str | None = None, *, role: Role = "answer", **overrides: Any
 
     ``role="hypothesis"`` samples at temperature 0.7 with a 256-token cap;
     ``role="answer"`` is greedy (temperature 0). ``overrides`` (``temperature``,
-    ``max_tokens``, ``base_url``, ``api_key``, ...) are passed to the model class.
+    ``max_tokens``, ``base_url``, ``api_key``, ``timeout``, ``max_retries``, for local
+    models ``context_size``, ...) are passed to the model class. Remote models get a
+    request timeout of ``HYDE_LC_REQUEST_TIMEOUT`` seconds (60) unless ``timeout`` is
+    given. For a remote model, ``context_size`` is the server's window as the answer
+    chain should assume it (recorded in ``llm.metadata["context_window"]``).
     """
     if role not in ROLE_TEMPERATURE:
         raise UnknownModelSpecError(f"unknown role {role!r}: use 'hypothesis' or 'answer'")
@@ -162,8 +174,12 @@ def load_llm(spec: str | None = None, *, role: Role = "answer", **overrides: Any
         from langchain_openai import ChatOpenAI
     except ImportError as exc:  # pragma: no cover - a core dependency
         raise MissingDependencyError("OpenAI models", "pip install langchain-openai") from exc
+    window = settings.pop("context_size", None)
+    if window is not None:  # the server decides; the answer chain budgets its context by it
+        settings["metadata"] = {**(settings.get("metadata") or {}), CONTEXT_WINDOW_KEY: window}
+    settings.setdefault("timeout", request_timeout())
     base_url = settings.pop("base_url", None) or parsed.base_url
-    _require_key(parsed, base_url, settings)
+    _require_key(parsed, base_url, settings, DEFAULT_LLM)
     if base_url:
         settings["base_url"] = base_url
         # OpenAI-compatible servers (llama.cpp, vLLM) read max_tokens, while
@@ -173,7 +189,11 @@ def load_llm(spec: str | None = None, *, role: Role = "answer", **overrides: Any
 
 
 def load_embeddings(spec: str | None = None, **overrides: Any) -> Embeddings:
-    """Build the embeddings for ``spec`` (default ``local:minilm``)."""
+    """Build the embeddings for ``spec`` (default ``local:minilm``).
+
+    Remote embeddings get a request timeout of ``HYDE_LC_REQUEST_TIMEOUT`` seconds (60)
+    unless ``timeout`` is given.
+    """
     parsed = ModelSpec.parse(resolve_embeddings_spec(spec))
     if parsed.provider == "local":
         if parsed.model not in LOCAL_EMBEDDINGS:
@@ -188,11 +208,17 @@ def load_embeddings(spec: str | None = None, **overrides: Any) -> Embeddings:
 
     if parsed.base_url:
         overrides.setdefault("base_url", parsed.base_url)
-    _require_key(parsed, parsed.base_url, overrides)
+        # A compatible server has its own tokenizer: send text, not OpenAI tiktoken ids
+        # (counting them would also download tiktoken's tables, which fails offline).
+        overrides.setdefault("check_embedding_ctx_length", False)
+    overrides.setdefault("timeout", request_timeout())
+    _require_key(parsed, parsed.base_url, overrides, DEFAULT_EMBEDDINGS)
     return OpenAIEmbeddings(model=parsed.model, **overrides)
 
 
-def _require_key(parsed: ModelSpec, base_url: str | None, settings: dict[str, Any]) -> None:
+def _require_key(
+    parsed: ModelSpec, base_url: str | None, settings: dict[str, Any], local_alternative: str
+) -> None:
     """OpenAI needs a key; a self-hosted compatible server usually does not."""
     if settings.get("api_key") or os.environ.get("OPENAI_API_KEY"):
         return
@@ -201,7 +227,7 @@ def _require_key(parsed: ModelSpec, base_url: str | None, settings: dict[str, An
         return
     raise UnknownModelSpecError(
         f"{parsed} needs an OpenAI API key: set OPENAI_API_KEY (or pass api_key=...), or use "
-        f"a local model such as {DEFAULT_LLM}"
+        f"a local model such as {local_alternative}"
     )
 
 

@@ -1,7 +1,8 @@
 import pytest
 from langchain_openai import ChatOpenAI, OpenAIEmbeddings
 
-from hyde_lc.errors import ModelNotInstalledError, UnknownModelSpecError
+from hyde_lc.endpoint_errors import ModelEndpointError, endpoint_errors
+from hyde_lc.errors import InvalidSettingError, ModelNotInstalledError, UnknownModelSpecError
 from hyde_lc.models import (
     ModelSpec,
     embedding_model_id,
@@ -15,7 +16,13 @@ from hyde_lc.weights import PackagedFile
 
 @pytest.fixture(autouse=True)
 def _no_model_env(monkeypatch):
-    for var in ("HYDE_LC_HYPOTHESIS_LLM", "HYDE_LC_ANSWER_LLM", "HYDE_LC_EMBEDDINGS"):
+    for var in (
+        "HYDE_LC_HYPOTHESIS_LLM",
+        "HYDE_LC_ANSWER_LLM",
+        "HYDE_LC_EMBEDDINGS",
+        "HYDE_LC_REQUEST_TIMEOUT",
+        "HYDE_LC_N_CTX",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used")
 
@@ -91,3 +98,76 @@ def test_embedding_model_id_of_foreign_classes(fake_embeddings):
         model_name = "m1"
 
     assert embedding_model_id(Other()) == "Other:m1"  # type: ignore[arg-type]
+
+
+def test_remote_models_have_a_bounded_request_timeout(monkeypatch):
+    assert load_llm("openai:gpt-4o-mini").request_timeout == 60
+    assert load_embeddings("openai:text-embedding-3-small").request_timeout == 60
+    assert load_llm("openai:gpt-4o-mini", timeout=5).request_timeout == 5
+    monkeypatch.setenv("HYDE_LC_REQUEST_TIMEOUT", "7.5")
+    assert load_llm("openai:gpt-4o-mini").request_timeout == 7.5
+    assert load_embeddings("openai:text-embedding-3-small").request_timeout == 7.5
+    monkeypatch.setenv("HYDE_LC_REQUEST_TIMEOUT", "soon")
+    with pytest.raises(InvalidSettingError, match="HYDE_LC_REQUEST_TIMEOUT=120"):
+        load_llm("openai:gpt-4o-mini")
+
+
+def test_missing_key_for_embeddings_suggests_local_embeddings(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY")
+    with pytest.raises(UnknownModelSpecError) as caught:
+        load_embeddings("openai:text-embedding-3-small")
+    assert "local:minilm" in str(caught.value) and "qwen" not in str(caught.value)
+    with pytest.raises(UnknownModelSpecError, match=r"local:qwen2\.5-coder-1\.5b"):
+        load_llm("openai:gpt-4o-mini")
+
+
+def test_the_local_context_window_is_configurable(monkeypatch):
+    assert load_llm("local:smollm2-135m").context_size == 4096
+    assert load_llm("local:smollm2-135m", context_size=8192).context_size == 8192
+    monkeypatch.setenv("HYDE_LC_N_CTX", "6144")
+    assert load_llm("local:smollm2-135m", role="hypothesis").context_size == 6144
+    monkeypatch.setenv("HYDE_LC_N_CTX", "lots")
+    with pytest.raises(InvalidSettingError, match="HYDE_LC_N_CTX=8192"):
+        load_llm("local:smollm2-135m")
+
+
+def test_a_remote_context_size_is_recorded_for_the_answer_budget():
+    llm = load_llm("openai:llama@http://127.0.0.1:9/v1", context_size=2048)
+    assert llm.metadata["context_window"] == 2048
+
+
+def test_an_endpoint_that_never_replies_times_out_naming_the_url():
+    from tests.unit.endpoint_stubs import silent_server
+
+    with silent_server() as url:
+        llm = load_llm(f"openai:stuck@{url}", timeout=1, max_retries=0)
+        with pytest.raises(ModelEndpointError) as caught, endpoint_errors(llm, role="answer"):
+            llm.invoke("hello")
+    message = str(caught.value)
+    assert url in message and "did not answer within 1" in message
+    assert "the answer model stuck" in message and "HYDE_LC_REQUEST_TIMEOUT" in message
+
+
+def test_a_refused_connection_names_the_url():
+    from tests.unit.endpoint_stubs import refused_url
+
+    url = refused_url()
+    llm = load_llm(f"openai:gone@{url}", timeout=5, max_retries=0)
+    with pytest.raises(ModelEndpointError) as caught, endpoint_errors(llm, role="answer"):
+        llm.invoke("hello")
+    assert f"cannot reach the answer model gone at {url}" in str(caught.value)
+
+
+def test_embedding_endpoint_errors_name_the_url():
+    from tests.unit.endpoint_stubs import silent_server
+
+    with silent_server() as url:
+        emb = load_embeddings(f"openai:text-embedding-3-small@{url}", timeout=1, max_retries=0)
+        with (
+            pytest.raises(ModelEndpointError, match="did not answer") as caught,
+            endpoint_errors(emb, role="embedding"),
+        ):
+            emb.embed_query("hello")
+    assert url in str(caught.value) and "embedding model text-embedding-3-small" in str(
+        caught.value
+    )

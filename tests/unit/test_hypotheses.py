@@ -1,0 +1,280 @@
+"""write_hypotheses: cancellation, configuration errors, logging, reasoning, context."""
+
+import asyncio
+import logging
+import threading
+import time
+from typing import Any
+
+import httpx2
+import openai
+import pytest
+from langchain_core.language_models import FakeListChatModel
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tracers.context import collect_runs
+from langchain_core.vectorstores import InMemoryVectorStore
+from pydantic import Field
+
+from hyde_lc.cancellation import GenerationCancelled, current_scope
+from hyde_lc.endpoint_errors import ModelConfigurationError
+from hyde_lc.errors import HydeLcError
+from hyde_lc.hypotheses import awrite_hypotheses, write_hypotheses
+from hyde_lc.local_llm import LocalChatModel
+from hyde_lc.models import load_llm
+from hyde_lc.retriever import HyDERetriever
+from tests.conftest import FakeEmbeddings
+from tests.unit.endpoint_stubs import status_server
+
+URL = "http://127.0.0.1:9/v1/chat/completions"
+LOGGER = "hyde_lc.hypotheses"
+
+
+def _response(status: int) -> httpx2.Response:
+    return httpx2.Response(
+        status,
+        request=httpx2.Request("POST", URL),
+        json={"error": {"message": f"stub {status}"}},
+    )
+
+
+def openai_error(kind: type[Exception]) -> Exception:
+    """A real openai exception, as the client raises it."""
+    if kind is openai.APITimeoutError:
+        return openai.APITimeoutError(request=httpx2.Request("POST", URL))
+    if kind is openai.APIConnectionError:
+        return openai.APIConnectionError(request=httpx2.Request("POST", URL))
+    status = {
+        openai.AuthenticationError: 401,
+        openai.PermissionDeniedError: 403,
+        openai.NotFoundError: 404,
+        openai.RateLimitError: 429,
+        openai.InternalServerError: 500,
+    }[kind]
+    return kind(f"Error code: {status}", response=_response(status), body=None)
+
+
+class Failing(BaseChatModel):
+    """Raises ``error`` for the prompts whose index is in ``fail_on`` (all by default)."""
+
+    error: Any = None
+    fail_on: set[int] | None = None
+    calls: list[str] = Field(default_factory=list)
+    model_name: str = "stub-model"
+
+    @property
+    def _llm_type(self) -> str:
+        return "failing"
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        index = len(self.calls)
+        self.calls.append(messages[-1].text)
+        if self.fail_on is None or index in self.fail_on:
+            raise self.error
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=f"P{index}."))])
+
+
+class Patient(BaseChatModel):
+    """Generates until its cancellation scope is cancelled (at most a minute)."""
+
+    started: list[int] = Field(default_factory=list)
+    stopped: list[str] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "patient"
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        scope = current_scope()
+        self.started.append(1)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if scope is not None and scope.cancelled:
+                self.stopped.append(str(scope.reason))
+                raise GenerationCancelled(str(scope.reason))
+            time.sleep(0.01)
+        self.stopped.append("never cancelled")
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content="late"))])
+
+
+def _wait_for(condition, seconds: float = 60.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+# -- timeouts cancel the work ----------------------------------------------------------
+
+
+def test_a_timeout_cancels_running_generations_and_never_sends_the_rest():
+    llm = Patient()
+    out = write_hypotheses(llm, ["q"] * 6, timeout=0.5, config={"max_concurrency": 2})
+    assert out.fallback == "timeout after 0.5s" and out.texts == []
+    assert _wait_for(lambda: len(llm.stopped) == len(llm.started))
+    assert llm.stopped == ["timeout after 0.5s"] * 2  # the running two, told why
+    time.sleep(0.3)
+    assert len(llm.started) == 2  # the four waiting prompts were never sent
+
+
+async def test_an_async_timeout_cancels_running_generations():
+    llm = Patient()
+    out = await awrite_hypotheses(llm, ["q"] * 3, timeout=0.5)
+    assert out.fallback == "timeout after 0.5s"
+    assert await asyncio.to_thread(_wait_for, lambda: len(llm.stopped) == len(llm.started))
+    assert llm.stopped and "never cancelled" not in llm.stopped
+
+
+def test_many_hypotheses_run_with_bounded_concurrency():
+    seen: list[int] = []
+    lock = threading.Lock()
+    active = [0]
+
+    class Counting(FakeListChatModel):
+        def _call(self, *args, **kwargs):
+            with lock:
+                active[0] += 1
+                seen.append(active[0])
+            time.sleep(0.01)
+            with lock:
+                active[0] -= 1
+            return "A passage."
+
+    out = write_hypotheses(Counting(responses=["x"]), ["q"] * 40, timeout=120)
+    assert len(out.texts) == 40 and max(seen) <= 8
+
+
+# -- configuration errors raise, transient ones fall back (and are logged) --------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "status"),
+    [
+        (openai.AuthenticationError, "401"),
+        (openai.PermissionDeniedError, "403"),
+        (openai.NotFoundError, "404"),
+    ],
+)
+def test_configuration_errors_raise_naming_model_and_endpoint(kind, status):
+    llm = Failing(error=openai_error(kind))
+    with pytest.raises(ModelConfigurationError) as caught:
+        write_hypotheses(llm, ["q"] * 3)
+    message = str(caught.value)
+    assert status in message and URL in message and "stub-model" in message
+    assert "--mode standard" in message
+    assert len(llm.calls) < 3 or caught.value.status == int(status)
+
+
+async def test_async_configuration_errors_raise_too():
+    with pytest.raises(ModelConfigurationError, match="401"):
+        await awrite_hypotheses(Failing(error=openai_error(openai.AuthenticationError)), ["q"])
+
+
+def test_configuration_errors_can_be_told_to_fall_back(caplog):
+    llm = Failing(error=openai_error(openai.AuthenticationError))
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        out = write_hypotheses(llm, ["q"], config_errors="fallback")
+    assert "401" in out.fallback and len(caplog.records) == 1
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        openai.RateLimitError,
+        openai.InternalServerError,
+        openai.APITimeoutError,
+        openai.APIConnectionError,
+    ],
+)
+def test_transient_errors_fall_back_and_are_logged_once(kind, caplog):
+    llm = Failing(error=openai_error(kind))
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        out = write_hypotheses(llm, ["q"] * 4)
+    assert out.texts == [] and out.fallback.startswith("error:")
+    assert URL in out.fallback
+    fallbacks = [r for r in caplog.records if r.name == LOGGER]
+    assert len(fallbacks) == 1 and "fell back" in fallbacks[0].getMessage()
+
+
+def test_every_fallback_is_logged(caplog):
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        write_hypotheses(FakeListChatModel(responses=["I'm sorry, I cannot help."]), ["q"])
+        write_hypotheses(Patient(), ["q"], timeout=0.2)
+    messages = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert len(messages) == 2
+    assert "empty or refusal" in messages[0] and "timeout after 0.2s" in messages[1]
+
+
+def test_a_partial_failure_keeps_the_passages_that_came_back(caplog):
+    llm = Failing(error=openai_error(openai.InternalServerError), fail_on={1})
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        out = write_hypotheses(llm, ["q"] * 3, config={"max_concurrency": 1})
+    assert out.fallback is None and out.failed == 1 and len(out.texts) == 2
+    assert any("1 of 3 hypotheses" in r.getMessage() for r in caplog.records)
+
+
+def test_a_missing_local_model_file_is_a_configuration_error(tmp_path):
+    llm = LocalChatModel(model_path=str(tmp_path / "gone.gguf"))
+    with pytest.raises(HydeLcError, match="model file not found"):
+        write_hypotheses(llm, ["q"])
+
+
+def test_a_real_endpoint_that_rejects_the_key_raises():
+    with status_server(401, "Incorrect API key provided") as url:
+        llm = load_llm(f"openai:gpt-x@{url}", role="hypothesis", api_key="wrong", max_retries=0)
+        with pytest.raises(ModelConfigurationError) as caught:
+            write_hypotheses(llm, ["q"], timeout=60)
+    assert url in str(caught.value) and "Incorrect API key provided" in str(caught.value)
+
+
+def test_a_real_endpoint_that_fails_falls_back():
+    with status_server(503, "overloaded") as url:
+        llm = load_llm(f"openai:gpt-x@{url}", role="hypothesis", max_retries=0)
+        out = write_hypotheses(llm, ["q"], timeout=60)
+    assert "503" in out.fallback and url in out.fallback
+
+
+# -- reasoning models ------------------------------------------------------------------
+
+
+def test_reasoning_is_stripped_before_hypotheses_are_used():
+    llm = FakeListChatModel(
+        responses=["<think>The user wants a passage on lenses.</think>\nFresnel lenses bend light."]
+    )
+    out = write_hypotheses(llm, ["q"])
+    assert out.texts == ["Fresnel lenses bend light."] and out.fallback is None
+
+
+def test_output_that_is_all_reasoning_falls_back():
+    llm = FakeListChatModel(responses=["<think>Let me consider the lenses, and then"])
+    out = write_hypotheses(llm, ["q"])
+    assert out.texts == [] and out.fallback == "empty or refusal"
+
+
+# -- tracing context -------------------------------------------------------------------
+
+
+def _runs(runs) -> list:
+    found = []
+    for run in runs:
+        found.append(run)
+        found.extend(_runs(run.child_runs))
+    return found
+
+
+def test_collect_runs_sees_the_hypothesis_llm_run():
+    store = InMemoryVectorStore(embedding=FakeEmbeddings(size=32))
+    store.add_texts(["Lighthouses use lenses.", "Bees make honey."])
+    retriever = HyDERetriever(
+        vectorstore=store,
+        hypothesis_llm=FakeListChatModel(responses=["A passage about lenses."]),
+        k=1,
+    )
+    with collect_runs() as collected:
+        retriever.invoke("How do lighthouses focus light?")
+    llm_runs = [r for r in _runs(collected.traced_runs) if r.run_type == "llm"]
+    assert [r.name for r in llm_runs] == ["hyde.hypothesis"]
+    assert llm_runs[0].outputs["generations"][0][0]["text"] == "A passage about lenses."
