@@ -29,7 +29,7 @@ from hyde_lc.store import (
 )
 from tests.conftest import FakeEmbeddings
 from tests.unit.test_ingest import long_text, tree_digest
-from tests.unit.test_neighbors import FixedHits
+from tests.unit.test_neighbors import FixedHits, unique_text
 
 
 def raw_collection(folder: Path, name: str = "hyde_lc"):
@@ -269,3 +269,35 @@ def test_a_reader_sees_a_document_pended_by_another_store_object(
     assert "hidden.txt" in _files(reader.similarity_search(text, k=40))
     set_pending(store, add=[version])  # the pending list is read fresh on every search
     assert _files(reader.similarity_search(text, k=40)) == {"shown.txt"}
+
+
+@pytest.mark.parametrize("limit", [2048, 8])
+def test_searches_around_pending_chunks_find_the_nearest_visible_ones(
+    tmp_path, fake_embeddings, monkeypatch, limit
+):
+    """Pending chunks are dropped from more results than asked for (or, past a limit,
+    filtered out by Chroma): the same k nearest visible chunks either way."""
+    import hyde_lc.store
+
+    monkeypatch.setattr(hyde_lc.store, "_POST_FILTER_LIMIT", limit)
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i in range(6):
+        (folder / f"d{i}.txt").write_text(unique_text(f"doc{i}", 8))
+    store = open_store(tmp_path / "store", embeddings=fake_embeddings)
+    ingest_paths([folder], store, chunk_size=150, chunk_overlap=0, progress=False)
+    got = store._collection.get(include=["metadatas", "documents"])
+    hidden = sorted({m["doc_version"] for m in got["metadatas"] if m["file_name"] < "d4"})
+    set_pending(store, add=hidden)  # two thirds of the collection
+    where = {"doc_version": {"$nin": hidden}}
+    for text in got["documents"][::9]:
+        vector = fake_embeddings.embed_query(text)
+        expected = store._collection.query(query_embeddings=[vector], n_results=5, where=where)
+        found = store.similarity_search_by_vector(vector, k=5)
+        assert [d.id for d in found] == expected["ids"][0]
+        mmr = store.max_marginal_relevance_search_by_vector(vector, k=3, fetch_k=10)
+        assert len(mmr) == 3 and not {d.metadata["doc_version"] for d in mmr} & set(hidden)
+    # A filter of the caller's is combined with the pending one.
+    mine = store.similarity_search("doc1", k=5, filter={"file_name": "d1.txt"})
+    assert mine == []
+    assert store.similarity_search("doc5", k=5, filter={"file_name": "d5.txt"})
