@@ -416,7 +416,7 @@ def _write_documents(
     to_embed = sum(plan.missing for plan in plans if plan.count)
     if to_embed:  # creates the collection, or checks the vector length, before any write
         prepare_write(store, embedding_dimension(embeddings))
-    limit = settings.max_write or max_write(store)
+    limit = min(settings.max_write or 10**9, max_write(store))
     results: list[FileResult] = []
     with tqdm(total=to_embed, unit="chunk", desc="embedding", disable=not settings.progress) as bar:
         for plan in plans:
