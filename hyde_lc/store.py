@@ -14,9 +14,12 @@ then ``HYDE_LC_CHROMA_URL`` (a Chroma server) or ``HYDE_LC_STORE`` (a folder), t
 
 A document too large for one Chroma write is written in several, and searches must not
 see it until it is whole: its *version* (`DOC_VERSION` in each chunk's metadata) is
-listed as pending in the collection's metadata while it is written, and every read
-through `open_store`'s store, `visible_where` or `collection_info` leaves pending
-versions out.
+listed as pending in the collection's metadata (`set_pending`, one atomic metadata
+write) while it is written. Every read through `open_store`'s store (searches, MMR,
+``get``), `visible_where`, `search_filter` or `collection_info` reads that list fresh
+(one request, about 0.2 ms embedded) and leaves pending versions out: searches by asking
+for a few more results and dropping pending ones (`query_visible`), since a metadata
+filter makes embedded Chroma scan every record's metadata on each query.
 
 Example:
     >>> from hyde_lc import open_store
@@ -423,7 +426,8 @@ class HydeChroma(Chroma):
 
     @property
     def _collection(self) -> Any:
-        return self.existing_collection() or _UnbornCollection(self)
+        found = self.existing_collection()
+        return _UnbornCollection(self) if found is None else found
 
     def create_collection(self) -> Any:
         """The collection, created now (with the embedding model recorded) if missing."""
