@@ -355,6 +355,12 @@ def cmd_ask(args: argparse.Namespace) -> int:
     answer = None
     if llm is not None:
         start = time.perf_counter()
+        # TODO(timeouts owner): wrap this call in hyde_lc.endpoint_errors.endpoint_errors(
+        # llm, role="answer") once that module is committed, so an endpoint that never
+        # replies ends with exit 2 naming the URL instead of the OpenAI client's error (exit 1).
+        # TODO(context-budget owner): use hyde_lc.answer.answer_with_context(llm) once it is
+        # committed; print its context_note as "Note: ..." after the answer (escaped with
+        # _shown_line) and put "context_note" and the dropped passages in the --json record.
         answer = answer_from_documents(llm).invoke(
             {"question": result.query, "documents": result.documents}
         )
