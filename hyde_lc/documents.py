@@ -73,7 +73,13 @@ _KINDS = {
 
 @dataclass
 class Skipped:
-    """Something inside a folder that was not ingested, and why."""
+    """Something inside a folder that was not ingested, and why.
+
+    Example:
+        >>> Skipped("docs/feed.txt", "skipped: it is a named pipe (FIFO)").reason
+        'skipped: it is a named pipe (FIFO)'
+
+    """
 
     path: str
     reason: str
@@ -81,7 +87,14 @@ class Skipped:
 
 @dataclass
 class Discovery:
-    """The files to ingest, and what was passed over inside folders."""
+    """The files to ingest, and what was passed over inside folders (`find_files`).
+
+    Example:
+        >>> found = find_files(["docs/"])  # doctest: +SKIP
+        >>> [s.reason for s in found.skipped]  # doctest: +SKIP
+        ['folder skipped: cannot read it (Permission denied); its files were not ingested']
+
+    """
 
     files: list[Path]
     skipped: list[Skipped] = field(default_factory=list)
@@ -440,6 +453,12 @@ class TextSource:
     ``text`` holds the document text when it was kept from the first pass (short texts
     and PDFs); otherwise `blocks` decodes the file again, and checks that its text is
     still the one hashed.
+
+    Example:
+        >>> source = scan_file(Path("big.txt"))  # doctest: +SKIP
+        >>> [(offset, len(text)) for offset, text in source.segments()][:2]  # doctest: +SKIP
+        [(0, 4194210), (4194210, 4193977)]
+
     """
 
     path: Path
