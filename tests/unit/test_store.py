@@ -301,3 +301,19 @@ def test_searches_around_pending_chunks_find_the_nearest_visible_ones(
     mine = store.similarity_search("doc1", k=5, filter={"file_name": "d1.txt"})
     assert mine == []
     assert store.similarity_search("doc5", k=5, filter={"file_name": "d5.txt"})
+
+
+def test_langchain_writes_create_the_collection_with_the_model_recorded(tmp_path, fake_embeddings):
+    folder = tmp_path / "store"
+    store = open_store(folder, embeddings=fake_embeddings)
+    store.add_texts(["The keeper lit the lamp at dusk."], metadatas=[{"source": "note"}])
+    assert store.similarity_search("lamp", k=1)[0].page_content.startswith("The keeper")
+    with pytest.raises(EmbeddingMismatchError, match="fake:hash-32"):
+        open_store(folder, embeddings=FakeEmbeddings(size=16, model_id="fake:other-16"))
+    # Raw chromadb writes through the store create it too (benchmarks add in batches).
+    raw = open_store(tmp_path / "raw", embeddings=fake_embeddings)
+    raw._collection.add(ids=["a"], embeddings=[[0.1] * 32], documents=["a"])
+    assert (
+        collection_info(open_store(tmp_path / "raw", embeddings=fake_embeddings))["embedding_model"]
+        == "fake:hash-32"
+    )
