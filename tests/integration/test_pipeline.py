@@ -75,7 +75,15 @@ def test_answer_chain_answers_from_context(store_dir, writer):
     retriever = HyDERetriever(vectorstore=open_store(store_dir), hypothesis_llm=writer, k=3)
     answerer = load_llm("local:smollm2-135m", role="answer", max_tokens=64)
     out = build_answer_chain(retriever, answerer).invoke("Who designed the Pharos?")
-    assert set(out) == {"question", "documents", "answer", "sources"}
+    assert set(out) == {
+        "question",
+        "documents",
+        "answer",
+        "sources",
+        "context_documents",
+        "dropped_documents",
+        "context_note",
+    }
     assert len(out["documents"]) == 3 and out["answer"].strip()
 
 
