@@ -95,16 +95,18 @@ def is_configuration_error(exc: BaseException) -> bool:
 
 
 def _url(exc: BaseException, model: Any) -> str:
+    """The endpoint as the user configured it (the spec's base URL), else the request's."""
+    if isinstance(model, str):
+        base = model.partition("@")[2] or None
+    else:
+        base = getattr(model, "openai_api_base", None) or getattr(model, "base_url", None)
+    if base:
+        return str(base)
     for item in _chain(exc):
-        request = getattr(item, "request", None)
-        url = getattr(request, "url", None)
+        url = getattr(getattr(item, "request", None), "url", None)
         if url:
             return str(url)
-    if isinstance(model, str):
-        _, _, rest = model.partition("@")
-        return rest or OPENAI_DEFAULT_BASE_URL
-    base = getattr(model, "openai_api_base", None) or getattr(model, "base_url", None)
-    return str(base or OPENAI_DEFAULT_BASE_URL)
+    return OPENAI_DEFAULT_BASE_URL
 
 
 def _what(model: Any, role: str | None) -> str:

@@ -144,8 +144,8 @@ def test_an_endpoint_that_never_replies_times_out_naming_the_url():
         with pytest.raises(ModelEndpointError) as caught, endpoint_errors(llm, role="answer"):
             llm.invoke("hello")
     message = str(caught.value)
-    assert url in message and "did not answer within 1" in message
-    assert "the answer model stuck" in message and "HYDE_LC_REQUEST_TIMEOUT" in message
+    assert f"the answer model stuck at {url} did not answer within 1" in message
+    assert "HYDE_LC_REQUEST_TIMEOUT" in message
 
 
 def test_a_refused_connection_names_the_url():
@@ -155,7 +155,7 @@ def test_a_refused_connection_names_the_url():
     llm = load_llm(f"openai:gone@{url}", timeout=5, max_retries=0)
     with pytest.raises(ModelEndpointError) as caught, endpoint_errors(llm, role="answer"):
         llm.invoke("hello")
-    assert f"cannot reach the answer model gone at {url}" in str(caught.value)
+    assert f"cannot reach the answer model gone at {url} (" in str(caught.value)
 
 
 def test_embedding_endpoint_errors_name_the_url():
