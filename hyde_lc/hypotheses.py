@@ -167,9 +167,11 @@ def _model_name(llm: BaseLanguageModel) -> str:
 
 
 def _fallback(reason: str, llm: BaseLanguageModel, prompts: list[str]) -> str:
+    count = len(prompts)
     logger.warning(
-        "HyDE fell back to the plain query (%d hypotheses from %s): %s",
-        len(prompts),
+        "HyDE fell back to the plain query (%d %s for %s): %s",
+        count,
+        "hypothesis" if count == 1 else "hypotheses",
         _model_name(llm),
         reason,
     )
