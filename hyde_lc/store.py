@@ -45,10 +45,12 @@ from typing import Any
 from urllib.parse import urlparse
 
 import httpx
+import numpy as np
 from chromadb.api.client import Client as ChromaClient
 from chromadb.config import DEFAULT_DATABASE, DEFAULT_TENANT, Settings
 from chromadb.errors import NotFoundError
 from langchain_chroma import Chroma
+from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
 from hyde_lc.errors import EmbeddingMismatchError, StoreError, StoreUnavailableError
@@ -687,6 +689,74 @@ def _write_metadata(collection: Any, metadata: dict[str, Any]) -> None:
     collection.modify(metadata=metadata or {META_PENDING: ""})
 
 
+# -- searching by vector (what hyde_lc.vectorstore asks of a Chroma store) ------------------
+
+
+def vector_search(
+    store: Chroma, vector: list[float], k: int, search_kwargs: dict[str, Any]
+) -> list[Document]:
+    """The ``k`` nearest visible chunks, as copies with ``metadata["score"]`` (relevance).
+
+    The relevance comes from the collection's own distance function (cosine for hyde_lc
+    collections): higher is better.
+    """
+    extra = dict(search_kwargs)
+    extra["filter"] = search_filter(store, extra.get("filter"))
+    to_relevance = store._select_relevance_score_fn()
+    out = []
+    for doc, distance in store.similarity_search_by_vector_with_relevance_scores(
+        vector, k=k, **extra
+    ):
+        copy = doc.model_copy(deep=True)
+        copy.metadata["score"] = float(to_relevance(distance))
+        out.append(copy)
+    return out
+
+
+def mmr_search(
+    store: Chroma, vector: list[float], k: int, search_kwargs: dict[str, Any]
+) -> list[Document]:
+    """MMR among visible chunks, as copies with ``metadata["score"]``: cosine to ``vector``.
+
+    LangChain's MMR returns no scores; the cosine is computed from the stored vectors.
+    """
+    extra = dict(search_kwargs)
+    extra["filter"] = search_filter(store, extra.get("filter"))
+    docs = [
+        d.model_copy(deep=True)
+        for d in store.max_marginal_relevance_search_by_vector(vector, k=k, **extra)
+    ]
+    if not docs:
+        return docs
+    got = store._collection.get(ids=[str(d.id) for d in docs], include=["embeddings"])
+    vectors: list[Any] = list(got["embeddings"] if got["embeddings"] is not None else [])
+    stored = dict(zip(got["ids"], vectors, strict=True))
+    query = np.asarray(vector, dtype=float)
+    query /= max(float(np.linalg.norm(query)), 1e-12)
+    for doc in docs:
+        row = stored.get(str(doc.id))
+        if row is None:
+            doc.metadata["score"] = None
+        else:
+            row = np.asarray(row, dtype=float)
+            doc.metadata["score"] = float(row @ query / max(float(np.linalg.norm(row)), 1e-12))
+    return docs
+
+
+def documents_by_id(store: Chroma, ids: Sequence[str], where: Any = None) -> list[Document]:
+    """The visible chunks with these ids (matching ``where``, a Chroma filter), unordered."""
+    if not ids:
+        return []
+    hide = visible_where(store, where)
+    extra: dict[str, Any] = {"where": hide} if hide else {}
+    got = store._collection.get(ids=list(ids), include=["documents", "metadatas"], **extra)
+    texts, metas = got["documents"] or [], got["metadatas"] or []
+    return [
+        Document(page_content=text or "", metadata=dict(meta or {}), id=id_)
+        for id_, text, meta in zip(got["ids"], texts, metas, strict=True)
+    ]
+
+
 # -- embedding model ----------------------------------------------------------------------
 
 
@@ -732,6 +802,10 @@ def check_embeddings(store: Chroma, embeddings: Embeddings, location: str = "") 
             check_dimension(store, dimension, location)
         return
     _refuse_other_model(location or collection.name, metadata, wanted, collection.count())
+
+
+check_embeddings_for_reading = check_embeddings
+"""The read-only model check (`check_embeddings`), by the name `hyde_lc.vectorstore` uses."""
 
 
 def ensure_writable(store: Chroma) -> None:

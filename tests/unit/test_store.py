@@ -317,3 +317,26 @@ def test_langchain_writes_create_the_collection_with_the_model_recorded(tmp_path
         collection_info(open_store(tmp_path / "raw", embeddings=fake_embeddings))["embedding_model"]
         == "fake:hash-32"
     )
+
+
+def test_the_vector_search_helpers_leave_pending_documents_out(two_docs, fake_embeddings):
+    from hyde_lc.store import documents_by_id, mmr_search, vector_search
+
+    store, version, hidden = two_docs
+    text = next(t for t, _ in hidden if "hidden3." in t)
+    vector = fake_embeddings.embed_query(text)
+    plain = Chroma(
+        collection_name="hyde_lc", client=store._client, embedding_function=fake_embeddings
+    )
+    ids = [d.id for d in plain.similarity_search(text, k=40)]
+    for target in (store, plain):
+        top = vector_search(target, vector, 1, {})
+        assert _files(top) == {"hidden.txt"} and top[0].metadata["score"] > 0.99
+    set_pending(store, add=[version])
+    for target in (store, plain):
+        found = vector_search(target, vector, 40, {})
+        assert _files(found) == {"shown.txt"}
+        assert all(-1 <= d.metadata["score"] <= 1.0001 for d in found)
+        diverse = mmr_search(target, vector, 5, {"fetch_k": 40})
+        assert _files(diverse) == {"shown.txt"} and all(d.metadata["score"] for d in diverse)
+        assert _files(documents_by_id(target, ids)) == {"shown.txt"}
