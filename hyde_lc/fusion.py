@@ -5,6 +5,9 @@
 * `concat_text`: query and hypotheses as one string, embedded once.
 * `reciprocal_rank_fusion`: separate searches fused by rank (Cormack et al. 2009),
   robust to one misleading hypothesis.
+* `score_fusion`: hybrid search's fusion of scored lists (dense cosine, lexical BM25),
+  each rescaled to [0, 1] over its own candidates and then summed with weights: it keeps
+  how far apart the candidates are, which RRF's ranks throw away.
 * `similar_enough`: adaptive HyDE's gate, the hypotheses close enough to the query.
 
 Example:
@@ -22,6 +25,8 @@ from collections.abc import Sequence
 import numpy as np
 
 FUSION_MODES = ("mean", "concat", "rrf")
+HYBRID_FUSIONS = ("score", "rrf")
+"""How a hybrid search fuses its dense and lexical lists: `score_fusion` or RRF."""
 RRF_C = 60
 
 
@@ -77,3 +82,30 @@ def reciprocal_rank_fusion(
         for rank, item in enumerate(ranking, start=1):
             scores[item] = scores.get(item, 0.0) + weight / (c + rank)
     return sorted(scores.items(), key=lambda pair: pair[1], reverse=True)
+
+
+def score_fusion(
+    scored: Sequence[Sequence[tuple[str, float]]], weights: Sequence[float] | None = None
+) -> list[tuple[str, float]]:
+    """Fuse scored lists: each min-max rescaled to [0, 1], weighted, summed; best first.
+
+    An item missing from a list scores 0 there (below that list's every candidate). A
+    list whose scores are all equal counts 1 for each of its items. Ties keep the order
+    of first appearance. Hand-written because it is a few lines (as RRF above).
+
+    Example:
+        >>> score_fusion([[("a", 0.9), ("b", 0.7), ("c", 0.5)], [("b", 12.0), ("c", 3.0)]])
+        [('b', 1.5), ('a', 1.0), ('c', 0.0)]
+
+    """
+    weights = weights or [1.0] * len(scored)
+    fused: dict[str, float] = {}
+    for items, weight in zip(scored, weights, strict=True):
+        if not items:
+            continue
+        values = [score for _, score in items]
+        low, span = min(values), max(values) - min(values)
+        for item, score in items:
+            scaled = (score - low) / span if span > 0 else 1.0
+            fused[item] = fused.get(item, 0.0) + weight * scaled
+    return sorted(fused.items(), key=lambda pair: pair[1], reverse=True)

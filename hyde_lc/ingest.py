@@ -53,6 +53,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 from tqdm.auto import tqdm
 
+from hyde_lc import lexical
 from hyde_lc.documents import (
     MAX_FILE_BYTES,
     MIN_PAGE_CHARS,
@@ -90,6 +91,7 @@ from hyde_lc.store import (
     write_lock,
     write_records,
 )
+from hyde_lc.vectorstore import chunk_id
 
 logger = logging.getLogger(__name__)
 
@@ -161,12 +163,6 @@ class IngestReport:
             lines.append(f"{result.status:9} {result.chunks:5} chunks  {result.source}")
             lines.extend(f"          note: {note}" for note in result.notes)
         return "\n".join(lines)
-
-
-def chunk_id(source: str, doc_id: str, chunk_size: int, chunk_overlap: int, index: int) -> str:
-    """The stable id of chunk ``index`` of one document version split one way."""
-    key = f"{source}\0{doc_id}\0{chunk_size}\0{chunk_overlap}\0{index}"
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
 
 
 def doc_version(source: str, doc_id: str, chunk_size: int, chunk_overlap: int) -> str:
@@ -418,11 +414,19 @@ def _write_documents(
         prepare_write(store, embedding_dimension(embeddings))
     limit = min(settings.max_write or 10**9, max_write(store))
     results: list[FileResult] = []
+    changes = bool(to_embed) or any(plan.stale and plan.count for plan in plans)
+    # The lexical index follows the collection: marked stale for readers while the
+    # write runs, brought up to date for the files written when it ends.
+    ticket = lexical.begin_write(store) if changes else None
     with tqdm(total=to_embed, unit="chunk", desc="embedding", disable=not settings.progress) as bar:
         for plan in plans:
             result = _write_document(store, plan, embeddings, settings, limit, bar)
             results.append(result)
             logger.info("%s %s (%d chunks)", result.status, result.source, result.chunks)
+    if ticket is not None:
+        lexical.finish_write(ticket, [plan.source.source for plan in plans])
+    elif has_collection(store) and (search := lexical.lexical_search_for(store, quiet=True)):
+        search.ensure_current()  # built here the first time (a collection from before it)
     return results
 
 

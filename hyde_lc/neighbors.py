@@ -1,8 +1,9 @@
 """`NeighborExpandingRetriever`: widen each hit with its neighbouring chunks.
 
 A chunk often lacks the sentences around the answer. This retriever asks any base
-retriever over a hyde_lc collection (plain Chroma, or `HyDERetriever`) for hits, then
-turns each hit into a *window*: the hit plus ``before`` chunks before it and ``after``
+retriever over chunks ingested by hyde_lc (`HyDERetriever`, a plain store retriever; in
+Chroma or any LangChain vector store that reads by id) for hits, then turns each hit
+into a *window*: the hit plus ``before`` chunks before it and ``after``
 after it, from the same document only. The pipeline::
 
     base hits (ranked) --> windows per hit, clipped to the document
@@ -30,12 +31,12 @@ Example:
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from langchain_chroma import Chroma
-from langchain_core.caches import InMemoryCache
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
     CallbackManagerForRetrieverRun,
@@ -44,12 +45,14 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import run_in_executor
-from pydantic import ConfigDict, field_validator, model_validator
+from langchain_core.vectorstores import VectorStore
+from pydantic import field_validator, model_validator
 
-from hyde_lc.errors import HydeLcError
-from hyde_lc.ingest import chunk_id
-from hyde_lc.retriever import HyDERetriever
-from hyde_lc.store import visible_where
+from hyde_lc.errors import HydeLcError, InvalidSettingError
+from hyde_lc.retriever import DetailedRetriever, HyDEResult, valid_k
+from hyde_lc.vectorstore import chunk_id, chunks_around, documents_by_id, is_chroma, store_size
+
+logger = logging.getLogger(__name__)
 
 REQUIRED_METADATA = ("source", "chunk_index", "start_index")
 
@@ -79,17 +82,32 @@ class Window:
         self.hits.extend(other.hits)
 
 
+_HOW = "Ingest the documents with `hyde-lc ingest` or hyde_lc.ingest_paths, which write it."
+
+
 def window_of(hit: Document, before: int, after: int) -> Window:
-    """The window around one hit, clipped to its document's first and last chunk."""
+    """The window around one hit, clipped to its document's first and last chunk.
+
+    Raises `HydeLcError` for a hit without what windows rely on: ``source``,
+    ``start_index`` and ``chunk_index``, the chunk's position in its document as an
+    integer (chunks from other loaders often lack it, or number each page from 0).
+    """
     meta = hit.metadata
     missing = [key for key in REQUIRED_METADATA if key not in meta]
     if missing:
         raise HydeLcError(
             "NeighborExpandingRetriever needs hits from a collection ingested by hyde_lc "
             f"(metadata {', '.join(REQUIRED_METADATA)}); this hit lacks {', '.join(missing)} "
-            f"(it has: {', '.join(sorted(meta)) or 'no metadata'}). Ingest the documents "
-            "with `hyde-lc ingest` or hyde_lc.ingest_paths."
+            f"(it has: {', '.join(sorted(meta)) or 'no metadata'}). {_HOW}"
         )
+    for key in ("chunk_index", "start_index", "chunk_count"):
+        value = meta.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise HydeLcError(
+                f"NeighborExpandingRetriever needs {key} as an integer (the chunk's position "
+                f"in its document); this hit from {meta.get('source')!r} has {value!r} "
+                f"({type(value).__name__}). {_HOW}"
+            )
     index = int(meta["chunk_index"])
     last = int(meta["chunk_count"]) - 1 if "chunk_count" in meta else index + after
     return Window(
@@ -169,6 +187,24 @@ def pages_of(chunks: Sequence[Document]) -> list[int]:
     return sorted(pages)
 
 
+def numbering_conflicts(chunks: Sequence[Document]) -> list[str]:
+    """Positions that several chunks of one document claim (a numbering windows cannot use).
+
+    Chunk positions must be unique and consecutive per document: a loader that numbers
+    each page from 0 gives two chunks position 0 in one source, and a window around
+    either would mix pages.
+    """
+    seen: dict[tuple[Any, Any, int], str] = {}
+    conflicts = []
+    for chunk in chunks:
+        meta = chunk.metadata
+        key = (meta.get("source"), meta.get("doc_id"), int(meta["chunk_index"]))
+        if key in seen and seen[key] != chunk.id:
+            conflicts.append(f"{key[0]}#{key[2]}")
+        seen.setdefault(key, str(chunk.id))
+    return conflicts
+
+
 def window_ids(windows: Sequence[Window]) -> list[str] | None:
     """The ids of every chunk the windows cover, or None if a hit lacks what they need.
 
@@ -188,8 +224,13 @@ def window_ids(windows: Sequence[Window]) -> list[str] | None:
     return ids
 
 
-class NeighborExpandingRetriever(BaseRetriever):
+class NeighborExpandingRetriever(DetailedRetriever):
     """Context-enriched retrieval: each hit widened with neighbouring chunks.
+
+    Over a store whose chunks cannot be read back as neighbours (chunks without hyde_lc's
+    ids, in a store other than Chroma), or whose positions conflict (two chunks of one
+    document at one position), it returns the base's hits as they are, logs a warning
+    once, and says so in each Document's ``metadata["neighbors_note"]``.
 
     Example:
         >>> from hyde_lc import HyDERetriever, NeighborExpandingRetriever, load_llm, open_store
@@ -198,16 +239,14 @@ class NeighborExpandingRetriever(BaseRetriever):
         ... # doctest: +SKIP
         >>> wide = NeighborExpandingRetriever(base_retriever=hyde, k=4, before=1, after=2)
         ... # doctest: +SKIP
-        >>> wide.invoke("Why were keepers withdrawn?", k=2)  # doctest: +SKIP
+        >>> wide.retrieve_with_details("Why were keepers withdrawn?").documents  # doctest: +SKIP
 
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
     base_retriever: BaseRetriever
-    """Finds the hits (any retriever over a collection ingested by hyde_lc)."""
-    vectorstore: Chroma | None = None
-    """Where neighbours are fetched; defaults to the base retriever's ``vectorstore``."""
+    """Finds the hits (any retriever over chunks ingested by hyde_lc)."""
+    vectorstore: VectorStore | None = None
+    """Where neighbours are read; defaults to the base retriever's ``vectorstore``."""
     k: int = 4
     """Windows returned; ``invoke(q, k=N)`` overrides it per call."""
     window: int = 1
@@ -223,30 +262,37 @@ class NeighborExpandingRetriever(BaseRetriever):
     candidates: int | None = None
     """Base hits requested per call (default 3 x k), so merged windows still make k."""
 
-    @field_validator("k", "window")
+    @field_validator("k")
     @classmethod
-    def _positive(cls, value: int, info: Any) -> int:
-        floor = 1 if info.field_name == "k" else 0
-        if value < floor:
-            raise ValueError(f"{info.field_name} must be at least {floor}, got {value}")
+    def _check_k(cls, value: int) -> int:
+        return valid_k(value)
+
+    @field_validator("window")
+    @classmethod
+    def _check_window(cls, value: int) -> int:
+        if value < 0:
+            raise InvalidSettingError(f"window must be 0 or more, got {value}")
         return value
 
     @model_validator(mode="after")
     def _resolve_store(self) -> NeighborExpandingRetriever:
         if self.vectorstore is None:
             found = getattr(self.base_retriever, "vectorstore", None)
-            if not isinstance(found, Chroma):
-                raise ValueError(
-                    "NeighborExpandingRetriever needs the Chroma store the hits come from: "
-                    "pass vectorstore=... (the base retriever does not expose one)"
+            if not isinstance(found, VectorStore):
+                raise InvalidSettingError(
+                    "NeighborExpandingRetriever reads neighbours from the store the hits come "
+                    f"from, and this {type(self.base_retriever).__name__} does not say which: "
+                    "pass vectorstore=STORE (the store you built the base retriever on)"
                 )
             self.vectorstore = found
-        if self.candidates is not None and self.candidates < 1:
-            raise ValueError(f"candidates must be at least 1, got {self.candidates}")
+        for name in ("candidates", "max_chars"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise InvalidSettingError(f"{name} must be at least 1, got {value}")
         for name in ("before", "after"):
             value = getattr(self, name)
             if value is not None and value < 0:
-                raise ValueError(f"{name} must be 0 or more, got {value}")
+                raise InvalidSettingError(f"{name} must be 0 or more, got {value}")
         return self
 
     @property
@@ -256,37 +302,37 @@ class NeighborExpandingRetriever(BaseRetriever):
         after = self.window if self.after is None else self.after
         return before, after
 
-    def _fetch(self, windows: list[Window]) -> dict[str, list[Document]]:
-        """Every chunk the windows cover, in one Chroma read, by source, in order.
+    @property
+    def label(self) -> str:
+        """The base's configuration name, then the expansion (``hyde+window=1``)."""
+        base = getattr(self.base_retriever, "label", type(self.base_retriever).__name__)
+        before, after = self.span
+        span = f"window={before}" if before == after else f"before={before},after={after}"
+        return f"{base}+{span}" + (",order=document" if self.order == "document" else "")
 
-        Chunks ingested by this version carry what their ids derive from (`chunk_id`), so
-        the windows are read by id: a key lookup, about 5x faster than a metadata filter
-        (BENCHMARKS.md, "Speed"). Older collections are read with the windows' documents
-        and chunk indexes as two ``$in`` lists, a small superset that `_assemble` narrows
-        to each window (4-10x faster in Chroma than an ``$or`` of one range per window).
+    # -- reading the windows ---------------------------------------------------------------
+
+    def _fetch(self, windows: list[Window]) -> dict[str, list[Document]] | None:
+        """Every chunk the windows cover, in one read, by source, in order.
+
+        Chunks ingested by hyde_lc carry what their ids derive from (`chunk_id`), so the
+        windows are read by id: a key lookup, about 5x faster than a metadata filter in
+        Chroma (BENCHMARKS.md, "Speed"), and possible in any store that reads by id. Older
+        Chroma collections are read by position (`hyde_lc.store.chunks_around`). None when
+        neither works: this store cannot give neighbours.
         """
         assert self.vectorstore is not None
-        collection = self.vectorstore._collection
         ids = window_ids(windows)
         if ids is not None:
-            hide: Any = visible_where(self.vectorstore)  # documents being written stay out
-            extra: dict[str, Any] = {"where": hide} if hide else {}
-            got = collection.get(
-                ids=list(dict.fromkeys(ids)), include=["documents", "metadatas"], **extra
-            )
-        else:
+            got = documents_by_id(self.vectorstore, list(dict.fromkeys(ids)))
+        elif is_chroma(self.vectorstore):
             indexes = sorted({i for w in windows for i in range(w.start, w.end + 1)})
-            if all(w.doc_id for w in windows):
-                documents: Any = {"doc_id": {"$in": sorted({str(w.doc_id) for w in windows})}}
-            else:  # a collection without doc ids: by source
-                documents = {"source": {"$in": sorted({w.source for w in windows})}}
-            where: Any = {"$and": [documents, {"chunk_index": {"$in": indexes}}]}
-            where = visible_where(self.vectorstore, where)
-            got = collection.get(where=where, include=["documents", "metadatas"])
+            doc_ids = [str(w.doc_id) for w in windows] if all(w.doc_id for w in windows) else None
+            got = chunks_around(self.vectorstore, [w.source for w in windows], doc_ids, indexes)
+        else:
+            return None
         by_source: dict[str, list[Document]] = {}
-        texts, metas = got["documents"] or [], got["metadatas"] or []
-        for id_, text, meta in zip(got["ids"], texts, metas, strict=True):
-            doc = Document(page_content=text or "", metadata=dict(meta or {}), id=id_)
+        for doc in got:
             by_source.setdefault(str(doc.metadata["source"]), []).append(doc)
         for chunks in by_source.values():
             chunks.sort(key=lambda d: int(d.metadata["chunk_index"]))
@@ -331,13 +377,40 @@ class NeighborExpandingRetriever(BaseRetriever):
             id=f"{doc_id}:{metadata['window_start']}-{metadata['window_end']}",
         )
 
-    def _materialise(self, windows: list[Window]) -> list[Document]:
+    def _materialise(self, windows: list[Window], hits: list[Document]) -> list[Document]:
         if not windows:
             return []
         chunks = self._fetch(windows)
+        if chunks is None:
+            return self._bare(
+                hits,
+                f"{type(self.vectorstore).__name__} cannot give neighbours: its chunks lack "
+                "hyde_lc's ids (chunk_size, chunk_overlap, doc_id). Ingest with hyde_lc, or use "
+                "a Chroma collection",
+            )
+        conflicts = numbering_conflicts([c for group in chunks.values() for c in group])
+        if conflicts:
+            return self._bare(
+                hits,
+                f"chunk positions are not unique per document ({', '.join(conflicts[:3])} "
+                "held by several chunks; a loader that numbers each page from 0?), so windows "
+                f"would mix passages. {_HOW}",
+            )
         out = [self._assemble(w, chunks.get(w.source, [])) for w in windows]
         if self.order == "document":
             out.sort(key=lambda d: (str(d.metadata["source"]), d.metadata["window_start"]))
+        return out
+
+    def _bare(self, hits: list[Document], why: str) -> list[Document]:
+        """The hits unexpanded, saying why (logged once per reason)."""
+        if why not in _WARNED:
+            _WARNED.add(why)
+            logger.warning("neighbour expansion returns the hits unexpanded: %s", why)
+        out = []
+        for hit in hits[: self.k]:
+            doc = hit.model_copy(deep=True)
+            doc.metadata["neighbors_note"] = why
+            out.append(doc)
         return out
 
     def _enough(self, hits: list[Document], request: int, k: int) -> list[Window] | None:
@@ -346,26 +419,31 @@ class NeighborExpandingRetriever(BaseRetriever):
         if len(windows) >= k or len(hits) < request:
             return windows
         assert self.vectorstore is not None
-        exhausted = request >= self.vectorstore._collection.count()  # only read when needed
-        return windows if exhausted else None
+        size = store_size(self.vectorstore)  # only read when needed
+        return windows if size is not None and request >= size else None
+
+    # -- the retrieval ----------------------------------------------------------------------
 
     # Merging shrinks the window count, so the base is asked again for twice as many hits
-    # until k windows exist or it runs out; `candidates` sets the first request. A HyDE
-    # base gets a per-call hypothesis cache (unless it has one), so later rounds reuse the
-    # first round's hypotheses instead of writing new ones.
+    # until k windows exist or it runs out; `candidates` sets the first request. A base
+    # that does per-query work (HyDE's hypotheses) reuses it across rounds
+    # (`DetailedRetriever.for_repeated_calls`).
 
-    def _call_k(self, kwargs: dict[str, Any]) -> int:
-        k = int(kwargs.get("k", self.k))
-        if k < 1:
-            raise ValueError(f"k must be at least 1, got {k}")
-        return k
-
-    def base_for_call(self) -> BaseRetriever:
-        """The base retriever for one call (a HyDE base with a per-call hypothesis cache)."""
+    def _base(self) -> BaseRetriever:
         base = self.base_retriever
-        if isinstance(base, HyDERetriever) and base.n_hypotheses and not base.hypothesis_cache:
-            return base.model_copy(update={"hypothesis_cache": InMemoryCache()})
-        return base
+        return base.for_repeated_calls() if isinstance(base, DetailedRetriever) else base
+
+    def _round(self, base: BaseRetriever, query: str, config: RunnableConfig, n: int) -> HyDEResult:
+        if isinstance(base, DetailedRetriever):
+            return base.retrieve_with_details(query, config, k=n)
+        return HyDEResult(query, [], base.invoke(query, config, k=n), label=self.label)
+
+    async def _around(
+        self, base: BaseRetriever, query: str, config: RunnableConfig, n: int
+    ) -> HyDEResult:
+        if isinstance(base, DetailedRetriever):
+            return await base.aretrieve_with_details(query, config, k=n)
+        return HyDEResult(query, [], await base.ainvoke(query, config, k=n), label=self.label)
 
     def gather(
         self, fetch: Callable[[int], Sequence[Document]], k: int | None = None
@@ -373,37 +451,79 @@ class NeighborExpandingRetriever(BaseRetriever):
         """Expand hits from ``fetch(n)`` (n ranked hits), asking for more until k windows."""
         k = k or self.k
         request = self.candidates or 3 * k
-        while (windows := self._enough(list(fetch(request)), request, k)) is None:
+        while True:
+            hits = list(fetch(request))
+            windows = self._enough(hits, request, k)
+            if windows is not None:
+                return self._materialise(windows, hits)
             request *= 2
-        return self._materialise(windows)
-
-    def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
-    ) -> list[Document]:
-        config = RunnableConfig(callbacks=run_manager.get_child("neighbors.base"))
-        base = self.base_for_call()
-        return self.gather(lambda n: base.invoke(query, config, k=n), self._call_k(kwargs))
 
     async def agather(
         self, fetch: Callable[[int], Awaitable[Sequence[Document]]], k: int | None = None
     ) -> list[Document]:
-        """Async `gather`: ``fetch(n)`` is awaited; Chroma reads run in the executor."""
+        """Async `gather`: ``fetch(n)`` is awaited; store reads run in the executor."""
         k = k or self.k
         request = self.candidates or 3 * k
         while True:
             hits = list(await fetch(request))
             windows = await run_in_executor(None, self._enough, hits, request, k)
             if windows is not None:
-                return await run_in_executor(None, self._materialise, windows)
+                return await run_in_executor(None, self._materialise, windows, hits)
             request *= 2
 
-    async def _aget_relevant_documents(
-        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
-    ) -> list[Document]:
+    def _retrieve(
+        self, query: str, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> HyDEResult:
+        k = valid_k(kwargs.get("k", self.k))
         config = RunnableConfig(callbacks=run_manager.get_child("neighbors.base"))
-        base = self.base_for_call()
+        base = self._base()
+        rounds: list[HyDEResult] = []
+
+        def fetch(n: int) -> list[Document]:
+            rounds.append(self._round(base, query, config, n))
+            return rounds[-1].documents
+
+        start = time.perf_counter()
+        windows = self.gather(fetch, k)
+        return self._details(rounds, windows, query, time.perf_counter() - start)
+
+    async def _aretrieve(
+        self, query: str, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> HyDEResult:
+        k = valid_k(kwargs.get("k", self.k))
+        config = RunnableConfig(callbacks=run_manager.get_child("neighbors.base"))
+        base = self._base()
+        rounds: list[HyDEResult] = []
 
         async def fetch(n: int) -> list[Document]:
-            return await base.ainvoke(query, config, k=n)
+            rounds.append(await self._around(base, query, config, n))
+            return rounds[-1].documents
 
-        return await self.agather(fetch, self._call_k(kwargs))
+        start = time.perf_counter()
+        windows = await self.agather(fetch, k)
+        return self._details(rounds, windows, query, time.perf_counter() - start)
+
+    def _details(
+        self, rounds: list[HyDEResult], windows: list[Document], query: str, seconds: float
+    ) -> HyDEResult:
+        """The first round's details (its hypotheses), with the windows and summed timings.
+
+        ``expansion_s`` is the time the expansion added to the base's own stages.
+        """
+        first = rounds[0] if rounds else HyDEResult(query, [], [], label=self.label)
+        timings: dict[str, float] = {}
+        for result in rounds:
+            for key, value in result.timings.items():
+                timings[key] = timings.get(key, 0.0) + value
+        timings["expansion_s"] = max(0.0, seconds - sum(timings.values()))
+        return replace(
+            first,
+            documents=windows,
+            label=self.label,
+            timings=timings,
+            embedded_texts=[t for r in rounds for t in r.embedded_texts],
+            rounds=len(rounds),
+        )
+
+
+_WARNED: set[str] = set()

@@ -2,8 +2,10 @@
 
 Every prompt has one variable, ``{question}``. The paper's prompts (Gao et al. 2022,
 arXiv 2212.10496, Appendix) are kept word for word; `render` may append a length hint
-("about N characters"). A prompt can be named (``"scifact"``) or given as a template
-string containing ``{question}``.
+("about N characters"). A prompt can be named (``"scifact"``, or LangChain's
+``HypotheticalDocumentEmbedder`` key for it, such as ``"sci_fact"`` or ``"mr_tydi"``),
+given as a template string containing ``{question}``, or as a LangChain
+``PromptTemplate`` whose one variable is ``question``.
 
 Example:
     >>> from hyde_lc.prompts import render_prompt
@@ -16,7 +18,9 @@ Example:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import Any
 
 from hyde_lc.errors import UnknownPromptError
 
@@ -104,16 +108,69 @@ PROMPTS: dict[str, HypothesisPrompt] = {
 
 DEFAULT_PROMPT = "generic"
 
+ALIASES: dict[str, str] = {
+    "sci_fact": "scifact",
+    "mr_tydi": "multilingual",
+    "trec-covid": "trec_covid",
+    "trec-news": "trec_news",
+    "dbpedia": "dbpedia_entity",
+}
+"""The keys LangChain's ``HypotheticalDocumentEmbedder.from_llm(..., prompt_key=...)`` uses
+for the same paper prompts, where they differ from ours."""
 
-def get_prompt(name_or_template: str) -> HypothesisPrompt:
-    """A registry prompt by name, or an ad-hoc prompt from a template with ``{question}``."""
-    if name_or_template in PROMPTS:
-        return PROMPTS[name_or_template]
-    if "{question}" in name_or_template:
-        return HypothesisPrompt("custom", name_or_template, "user")
+_OTHER_VARIABLE = re.compile(r"\{\s*(\w+)\s*\}")
+
+
+class _TemplatePrompt(HypothesisPrompt):
+    """A LangChain prompt template, rendered by LangChain (``question`` filled in)."""
+
+    def __init__(self, template: Any) -> None:
+        super().__init__("custom", str(getattr(template, "template", template)), "user")
+        object.__setattr__(self, "_template", template)
+
+    def render(self, question: str, length_hint: int | None = None) -> str:
+        """Fill in the question with the template's own formatting."""
+        text = str(self._template.format(question=question))  # type: ignore[attr-defined]
+        return f"{text}\nWrite about {length_hint} characters." if length_hint else text
+
+
+def get_prompt(prompt: Any) -> HypothesisPrompt:
+    """The prompt for a name, a ``{question}`` template or a LangChain ``PromptTemplate``.
+
+    Names include LangChain's keys for the paper's prompts (`ALIASES`); a template's one
+    variable is ``question``.
+
+    Raises `UnknownPromptError` naming the valid names, or what is wrong with a template
+    (a ``{QUESTION}`` or other variable where ``{question}`` is expected).
+    """
+    if hasattr(prompt, "input_variables") and hasattr(prompt, "format"):
+        variables = list(prompt.input_variables)
+        if variables != ["question"]:
+            raise UnknownPromptError(
+                f"a prompt template for hypotheses takes one variable, question; this one "
+                f"takes {variables}: write {{question}} where the question goes"
+            )
+        return _TemplatePrompt(prompt)
+    if not isinstance(prompt, str):
+        raise UnknownPromptError(
+            "a prompt is a name, a template string or a PromptTemplate, got "
+            f"{type(prompt).__name__}"
+        )
+    name = ALIASES.get(prompt, prompt)
+    if name in PROMPTS:
+        return PROMPTS[name]
+    if "{question}" in prompt:
+        return HypothesisPrompt("custom", prompt, "user")
+    others = sorted(set(_OTHER_VARIABLE.findall(prompt)))
+    if others:
+        raise UnknownPromptError(
+            f"the prompt template has {', '.join('{' + o + '}' for o in others)} but no "
+            "{question}: the question is filled in at {question} (lower case), e.g. "
+            "'Write a passage that answers: {question}'"
+        )
     raise UnknownPromptError(
-        f"unknown prompt {name_or_template!r}: choose one of {', '.join(PROMPTS)}, "
-        "or pass a template containing {question}"
+        f"unknown prompt {prompt!r}: choose one of {', '.join(PROMPTS)} (or a LangChain key: "
+        f"{', '.join(ALIASES)}), or pass a template containing {{question}}"
     )
 
 

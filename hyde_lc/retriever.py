@@ -1,25 +1,36 @@
-"""`HyDERetriever`: Hypothetical Document Embeddings (Gao et al. 2022) as a LangChain retriever.
+"""`HyDERetriever`: Hypothetical Document Embeddings (Gao et al. 2022), hybrid, for LangChain.
 
-The pipeline, one step per method::
+The pipeline, one public step per line::
 
-    question --prompt--> hypothesis LLM --N passages--> embed (query + passages)
-             --fuse (mean | concat | rrf)--> vector store search --> Documents
+    question --write_hypotheses--> N passages (hypothesis LLM; none with n_hypotheses=0)
+             --embed-->            vectors of the texts the fusion needs
+             --fuse-->             one search vector (mean | concat), or one per text (rrf)
+             --search-->           dense hits (vector store) + lexical hits (BM25, fed the
+                                   question and the passages), fused into one ranking
 
-By default the mean weights the query 0.8 and the hypotheses share 0.2
+Each step can be called on its own (`write_hypotheses`, `embed`, `fuse`, `search`), and
+`retrieve_with_details` runs them all and returns what each produced (`HyDEResult`).
+``invoke`` runs the same steps in the same LangChain run (callbacks, tracing, tags).
+
+**Dense side.** By default the mean weights the query 0.8 and the hypotheses share 0.2
 (`DEFAULT_QUERY_WEIGHT`, measured on SciFact with the local writers); ``query_weight=None``
-is the paper's equal weighting.
+is the paper's equal weighting. The query's own embedding does not depend on the
+hypotheses, so it is computed while they are being written.
 
-``n_hypotheses=0`` skips generation: plain dense retrieval with the query embedding,
-through the same code path (what ``--mode standard`` and the benchmarks compare with).
-If the hypothesis LLM fails (raises, times out, returns nothing or a refusal) the
-search falls back to the query alone and every Document says so in
-``metadata["hyde_fallback"]``.
+**Lexical side.** A collection ingested by hyde_lc carries a BM25 index of its chunks
+(`hyde_lc.lexical`); ``lexical="auto"`` (the default) searches it next to the vectors and
+fuses the two lists (`hyde_lc.fusion.score_fusion`, dense weight ``dense_weight``). The
+lexical query is the question repeated ``lexical_query_repeats`` times plus the
+hypotheses (query2doc). Over a store without such an index the retriever searches dense
+only and says so once in the log; pass ``lexical=LexicalSearch...`` to bring one, or
+``lexical="off"`` for dense only.
 
-The query is data: it is placed in the prompt as-is (braces, control characters and
-instructions included), never interpreted. An empty query is refused
-(`InvalidQueryError`); one longer than ``max_query_chars`` is cut to that length, so
-that it fits the models' context windows, and every Document says so in
-``metadata["hyde_query_truncated"]``.
+**Failures.** If the hypothesis LLM fails (times out, returns nothing or a refusal) the
+search uses the query alone and every Document says so in ``metadata["hyde_fallback"]``.
+The query is data: it is placed in the prompt as-is, never interpreted. An empty query
+is refused (`InvalidQueryError`); one longer than ``max_query_chars`` is cut to that
+length and every Document says so in ``metadata["hyde_query_truncated"]``. Every invalid
+setting raises `InvalidSettingError`, at construction and per call alike.
 
 Example:
     >>> from hyde_lc import HyDERetriever, load_llm, open_store
@@ -27,71 +38,105 @@ Example:
     ...     vectorstore=open_store(), hypothesis_llm=load_llm(role="hypothesis"), k=4
     ... )  # doctest: +SKIP
     >>> details = retriever.retrieve_with_details("Who made the Fresnel lens?")  # doctest: +SKIP
-    >>> details.hypotheses[0][:60], details.documents[0].metadata["score"]  # doctest: +SKIP
+    >>> details.hypotheses[0][:60], details.documents[0].metadata["found_by"]  # doctest: +SKIP
 
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import logging
 import time
+from abc import abstractmethod
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
-from langchain_chroma import Chroma
-from langchain_core.caches import BaseCache
+from langchain_core.caches import BaseCache, InMemoryCache
 from langchain_core.callbacks import (
+    AsyncCallbackManager,
     AsyncCallbackManagerForRetrieverRun,
+    CallbackManager,
     CallbackManagerForRetrieverRun,
 )
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseLanguageModel
 from langchain_core.messages import BaseMessage
+from langchain_core.prompts import BasePromptTemplate
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.runnables import RunnableConfig, RunnableLambda, ensure_config
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStore
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hyde_lc.errors import InvalidQueryError, InvalidSettingError
 from hyde_lc.fusion import (
     FUSION_MODES,
+    HYBRID_FUSIONS,
     concat_text,
     fuse_mean,
     reciprocal_rank_fusion,
+    score_fusion,
     similar_enough,
 )
 from hyde_lc.hypotheses import Hypotheses, awrite_hypotheses, write_hypotheses
+from hyde_lc.lexical import DEFAULT_QUERY_REPEATS, LexicalSearch, lexical_query, lexical_search_for
 from hyde_lc.prompts import DEFAULT_PROMPT, get_prompt
-from hyde_lc.store import check_dimension, check_embeddings, search_filter
+from hyde_lc.vectorstore import check_dimension, check_embeddings, mmr_search, vector_search
+
+logger = logging.getLogger(__name__)
 
 Fusion = Literal["mean", "concat", "rrf"]
-_DETAILS_KEY = "_hyde_details"
+HybridFusion = Literal["score", "rrf"]
 
 DEFAULT_QUERY_WEIGHT = 0.8
-"""The query's share of the fusion by default, chosen on SciFact train and confirmed once
-on test with the default local writer (BENCHMARKS.md, "Making HyDE pay off"): the paper's
-equal weighting (``query_weight=None``) lets a small writer's hypothesis pull the search
-off the question."""
+"""The query's share of the dense fusion by default, chosen on SciFact train and confirmed
+once on test with the default local writer (BENCHMARKS.md): the paper's equal weighting
+(``query_weight=None``) lets a small writer's hypothesis pull the search off the question."""
+
+DEFAULT_DENSE_WEIGHT = 0.5
+"""The dense list's share of the hybrid fusion (the lexical list has the rest): chosen on
+all 809 SciFact train queries (0.4 and 0.5 tied at 73.0 nDCG@10; BENCHMARKS.md)."""
+
+HYBRID_CANDIDATES = 100
+"""Candidates taken from each list before fusing: the rescaling of `score_fusion` needs a
+list deep enough that its lowest score means "not relevant"."""
 
 MAX_QUERY_CHARS = 4000
 """Longest query used as-is: about 1,000 tokens of English, so the hypothesis prompt and
-the answer prompt (with four 1,000-character chunks) stay well inside a 4,096-token local
-context window. The embedding model reads fewer still (MiniLM: 256 tokens)."""
+the answer prompt stay well inside a 4,096-token local context window."""
+
+MAX_HYPOTHESES = 64
+"""The most hypotheses per prompt: generation cost grows with each one (about 2-10 s each
+on 2 cores with the default local writer), and their mean stops moving long before."""
+
+_EARLY = ThreadPoolExecutor(max_workers=4, thread_name_prefix="hyde-embed")
+"""Embeds the query while the hypotheses are being written."""
 
 
 def clip_query(query: str, max_chars: int | None = MAX_QUERY_CHARS) -> tuple[str, str | None]:
     """Check a query and cut it to ``max_chars``; returns the query and a note if it was cut.
 
-    Raises `InvalidQueryError` for an empty or whitespace-only query.
+    Raises `InvalidQueryError` for an empty query, or for anything that is not a string
+    (saying what was given instead).
 
     Example:
         >>> clip_query("x" * 5000)[1]
         "query truncated from 5000 to 4000 characters to fit the models' context windows"
 
     """
-    if not isinstance(query, str) or not query.strip():
+    if not isinstance(query, str):
+        hint = (
+            " (a dict: pass the question text itself, e.g. retriever.invoke(inputs['question']),"
+            " or map it in LCEL with itemgetter('question') | retriever)"
+            if isinstance(query, dict)
+            else ""
+        )
+        raise InvalidQueryError(f"the query must be a string, got {type(query).__name__}{hint}")
+    if not query.strip():
         raise InvalidQueryError(
             f"the query is empty ({query!r}): pass the text of a question to search for"
         )
@@ -104,6 +149,38 @@ def clip_query(query: str, max_chars: int | None = MAX_QUERY_CHARS) -> tuple[str
     return query[:max_chars], note
 
 
+# -- what the steps return ---------------------------------------------------------------
+
+
+@dataclass
+class Embedded:
+    """What `HyDERetriever.embed` embedded: the texts and their vectors, in order.
+
+    ``texts[i]`` was embedded into ``vectors[i]``. With ``mean`` and ``rrf`` the query
+    (when it takes part) comes first, then each hypothesis; with ``concat`` there is one
+    text; without hypotheses, the query alone.
+    """
+
+    texts: list[str]
+    vectors: list[list[float]]
+    query_vector: list[float] | None = None
+    """The query's own embedding, when it was computed (also for the similarity gate)."""
+    hypotheses: int = 0
+    """How many of ``texts`` are hypotheses (they come last)."""
+
+
+@dataclass
+class Fused:
+    """What `HyDERetriever.fuse` made of `Embedded`: the dense search vector(s)."""
+
+    vectors: list[list[float]]
+    """One vector (mean, concat, no hypotheses), or one per ranking to fuse (rrf)."""
+    weights: list[float] | None = None
+    """With several vectors: each ranking's weight in reciprocal rank fusion."""
+    dropped: int = 0
+    """Hypotheses left out by ``min_hypothesis_similarity``."""
+
+
 @dataclass
 class HyDEResult:
     """Everything one retrieval produced, for inspection, evaluation and display."""
@@ -112,7 +189,8 @@ class HyDEResult:
     """The query searched with (cut to ``max_query_chars`` if it was longer)."""
     hypotheses: list[str]
     documents: list[Document]
-    mode: str
+    label: str
+    """The retriever's configuration in one name (`HyDERetriever.label`)."""
     fallback: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     hypothesis_messages: list[BaseMessage] = field(default_factory=list)
@@ -121,16 +199,157 @@ class HyDEResult:
     """The rendered hypothesis prompts."""
     cache_hits: int = 0
     """Hypotheses served from ``hypothesis_cache``."""
+    embedded_texts: list[str] = field(default_factory=list)
+    """Every text the embedding model read (for token accounting)."""
     search_vectors: list[list[float]] = field(default_factory=list)
     """The vector(s) searched: one fused vector, or one per ranking for ``rrf``."""
     query_note: str | None = None
     """Set when the query was truncated: from how many characters to how many."""
     hypotheses_dropped: int = 0
     """Hypotheses left out by ``min_hypothesis_similarity`` (adaptive HyDE)."""
+    lexical: bool = False
+    """Whether a lexical (BM25) list took part in the ranking."""
+    rounds: int = 1
+    """Searches behind the documents (neighbour expansion may search again, deeper)."""
 
 
-class HyDERetriever(BaseRetriever):
-    """Retrieve with hypothetical documents written by an LLM (HyDE).
+# -- the base: a retriever whose runs also return their details --------------------------
+
+
+class DetailedRetriever(BaseRetriever):
+    """A LangChain retriever whose runs can also return what they did (`HyDEResult`).
+
+    Subclasses implement `_retrieve` (and optionally `_aretrieve`); ``invoke`` returns its
+    documents and `retrieve_with_details` the whole result, in the same traced run. Any
+    invalid setting raises `InvalidSettingError` (a ``ValueError``), also at construction.
+
+    Example:
+        >>> from hyde_lc import HyDERetriever
+        >>> issubclass(HyDERetriever, DetailedRetriever)
+        True
+
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise InvalidSettingError(_settings_message(type(self).__name__, exc)) from None
+
+    def for_repeated_calls(self) -> DetailedRetriever:
+        """The retriever set up to be called several times for one query.
+
+        Callers that search one query again (deeper, as neighbour expansion does) use it
+        so that per-query work is done once; the default is the retriever itself.
+        """
+        return self
+
+    @abstractmethod
+    def _retrieve(
+        self, query: str, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> HyDEResult:
+        """Run the retrieval under ``run_manager``; returns documents and details."""
+
+    async def _aretrieve(
+        self, query: str, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> HyDEResult:
+        """Async `_retrieve` (by default: the sync one in an executor)."""
+        return await run_in_executor(None, self._retrieve, query, run_manager.get_sync(), **kwargs)
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        return self._retrieve(query, run_manager, **kwargs).documents
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        return (await self._aretrieve(query, run_manager, **kwargs)).documents
+
+    def retrieve_with_details(
+        self, query: str, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> HyDEResult:
+        """Like ``invoke`` (same run, callbacks and tags), but returns the details too."""
+        config = ensure_config(config)
+        manager = CallbackManager.configure(
+            config.get("callbacks"),
+            None,
+            inheritable_tags=config.get("tags"),
+            local_tags=self.tags,
+            inheritable_metadata={**(config.get("metadata") or {}), **self._get_ls_params()},
+            local_metadata=self.metadata,
+        )
+        run_manager = manager.on_retriever_start(
+            None, query, name=config.get("run_name") or self.get_name()
+        )
+        try:
+            result = self._retrieve(query, run_manager, **kwargs)
+        except Exception as exc:
+            run_manager.on_retriever_error(exc)
+            raise
+        run_manager.on_retriever_end(result.documents)
+        return result
+
+    async def aretrieve_with_details(
+        self, query: str, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> HyDEResult:
+        """Async `retrieve_with_details`."""
+        config = ensure_config(config)
+        manager = AsyncCallbackManager.configure(
+            config.get("callbacks"),
+            None,
+            inheritable_tags=config.get("tags"),
+            local_tags=self.tags,
+            inheritable_metadata={**(config.get("metadata") or {}), **self._get_ls_params()},
+            local_metadata=self.metadata,
+        )
+        run_manager = await manager.on_retriever_start(
+            None, query, name=config.get("run_name") or self.get_name()
+        )
+        try:
+            result = await self._aretrieve(query, run_manager, **kwargs)
+        except Exception as exc:
+            await run_manager.on_retriever_error(exc)
+            raise
+        await run_manager.on_retriever_end(result.documents)
+        return result
+
+
+def _settings_message(owner: str, exc: ValidationError) -> str:
+    """One line per invalid setting, in the package's words (pydantic's prefix removed)."""
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error.get("loc", ())) or "settings"
+        message = str(error.get("msg", "")).removeprefix("Value error, ")
+        parts.append(message if message.startswith(where) else f"{where}: {message}")
+    return f"invalid {owner} settings: " + "; ".join(parts)
+
+
+def valid_k(value: Any) -> int:
+    """``k`` as an int of at least 1, or `InvalidSettingError` saying so."""
+    if isinstance(value, bool):
+        raise InvalidSettingError(f"k must be a whole number of at least 1, got {value!r}")
+    try:
+        k = int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidSettingError(
+            f"k must be a whole number of at least 1, got {value!r}"
+        ) from None
+    if k < 1 or k != value:
+        raise InvalidSettingError(
+            f"k must be a whole number of at least 1, got {value!r} (a k above the "
+            "collection's size returns every chunk there is)"
+        )
+    return k
+
+
+# -- HyDE ---------------------------------------------------------------------------------
+
+
+class HyDERetriever(DetailedRetriever):
+    """Retrieve with hypothetical documents written by an LLM (HyDE), dense + lexical.
 
     Example:
         >>> from langchain_core.language_models import FakeListChatModel
@@ -138,16 +357,15 @@ class HyDERetriever(BaseRetriever):
         >>> retriever = HyDERetriever(
         ...     vectorstore=open_store("/tmp/store"),
         ...     hypothesis_llm=FakeListChatModel(responses=["Lighthouses use lenses."]),
-        ...     n_hypotheses=1, fusion="mean", k=3,
+        ...     n_hypotheses=1, k=3,
         ... )  # doctest: +SKIP
         >>> docs = retriever.invoke("How do lighthouses focus light?", k=2)  # doctest: +SKIP
 
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
     vectorstore: VectorStore
-    """The store searched (a hyde_lc Chroma collection in practice)."""
+    """The store searched: a hyde_lc collection, any LangChain vector store that searches
+    by vector (Chroma, InMemoryVectorStore, FAISS, ...)."""
     hypothesis_llm: BaseLanguageModel | None = None
     """Writes the hypothetical passages; required when ``n_hypotheses > 0``."""
     embeddings: Embeddings | None = None
@@ -156,49 +374,61 @@ class HyDERetriever(BaseRetriever):
     """Documents returned (at least 1); ``invoke(q, k=N)`` overrides it per call. A ``k``
     larger than the collection returns every chunk there is (fewer than ``k``)."""
     n_hypotheses: int = 1
-    """Passages generated per prompt; 0 means plain query retrieval (no LLM)."""
+    """Passages generated per prompt (0 to `MAX_HYPOTHESES`); 0 means no LLM at all."""
     fusion: Fusion = "mean"
-    """How query and hypotheses are combined: ``mean``, ``concat`` or ``rrf``."""
+    """How query and hypotheses make the dense search: ``mean``, ``concat`` or ``rrf``."""
     include_query: bool = True
-    """Whether the query itself takes part in the fusion (the paper: yes)."""
+    """Whether the query itself takes part in the dense fusion (the paper: yes)."""
     query_weight: float | None = DEFAULT_QUERY_WEIGHT
-    """The query's share of the fusion, between 0 and 1; the hypotheses share the rest.
+    """The query's share of the dense fusion, between 0 and 1; the hypotheses share the rest.
 
-    The default, 0.8, measured best with small local writers (`DEFAULT_QUERY_WEIGHT`).
     ``None`` is the paper's equal weighting (1/(n+1) for ``mean``, equal rankings for
-    ``rrf``). With ``mean`` this weights the vector average, which for unit vectors and
-    cosine search ranks exactly as interpolating the query's and the hypotheses'
-    similarity scores would. Used with ``mean`` and ``rrf`` when ``include_query``; the
-    default does not apply to ``concat`` or to ``include_query=False``."""
-    prompt: str | list[str] = DEFAULT_PROMPT
-    """Prompt name or ``{question}`` template; a list gives hypotheses per prompt."""
+    ``rrf``). Used with ``mean`` and ``rrf`` when ``include_query``; the default does not
+    apply to ``concat`` or to ``include_query=False``."""
+    prompt: str | list[str] | BasePromptTemplate = DEFAULT_PROMPT
+    """Prompt name, ``{question}`` template or LangChain ``PromptTemplate`` (variable
+    ``question``); a list of names/templates gives ``n_hypotheses`` passages per prompt."""
     hypothesis_length: int | None = None
     """Optional hint to the writer: about this many characters."""
     search_kwargs: dict[str, Any] = Field(default_factory=dict)
-    """Passed to the search, e.g. ``{"filter": {"source": "/docs/a.pdf"}}``."""
+    """Passed to the dense search, e.g. ``{"filter": {"source": "/docs/a.pdf"}}`` (the same
+    filter narrows the lexical hits)."""
     search_type: Literal["similarity", "mmr"] = "similarity"
-    """Similarity search, or maximal marginal relevance for diverse results."""
+    """Similarity search, or maximal marginal relevance for diverse results (dense only)."""
     rrf_candidates: int = 20
-    """With ``fusion="rrf"``: how deep each separate ranking goes."""
+    """With ``fusion="rrf"``: how deep each separate dense ranking goes."""
     timeout: float | None = 120.0
     """Seconds to wait for the hypotheses before falling back to the plain query."""
     hypothesis_cache: BaseCache | None = None
-    """Optional cache of hypotheses (e.g. ``SQLiteCache(path)``), keyed per sample."""
+    """Optional cache of hypotheses (e.g. `hyde_lc.hypothesis_cache.HypothesisCache`)."""
     min_hypothesis_similarity: float | None = None
     """Adaptive HyDE: hypotheses whose cosine similarity to the query is below this are
-    left out of the fusion (a small writer's off-topic passages); if none is left, the
-    query alone is searched (``metadata["hyde_fallback"]`` says so). Each Document
-    records how many were left out in ``metadata["hyde_hypotheses_dropped"]``. ``None``
-    (the default) keeps every hypothesis, as the paper does. Works with ``mean`` and
-    ``rrf``; see BENCHMARKS.md for what it measured on SciFact."""
+    left out of the dense fusion; if none is left, the query alone is searched. ``None``
+    (the default) keeps every hypothesis, as the paper does."""
     max_query_chars: int | None = MAX_QUERY_CHARS
-    """Longer queries are cut to this many characters (noted in each Document's
-    ``metadata["hyde_query_truncated"]``); None never cuts."""
+    """Longer queries are cut to this many characters; None never cuts."""
+    lexical: Literal["auto", "off"] | LexicalSearch = "auto"
+    """The lexical (BM25) side: ``auto`` uses the collection's own index when it has one
+    (collections ingested by hyde_lc), ``off`` searches dense only, or a `LexicalSearch`
+    (e.g. ``LexicalSearch.from_documents(docs)`` for a store of your own)."""
+    dense_weight: float = DEFAULT_DENSE_WEIGHT
+    """The dense list's share of the hybrid fusion, between 0 and 1."""
+    hybrid_fusion: HybridFusion = "score"
+    """How dense and lexical lists fuse: rescaled scores (``score``) or ranks (``rrf``)."""
+    lexical_query_repeats: int = DEFAULT_QUERY_REPEATS
+    """The question's weight against each hypothesis in the lexical query."""
+    hybrid_candidates: int = HYBRID_CANDIDATES
+    """Candidates taken from each list before the hybrid fusion."""
+
+    _lexical_search: Any = None
+    _lexical_resolved: bool = False
+
+    # -- validation ------------------------------------------------------------------
 
     @field_validator("k")
     @classmethod
     def _check_k(cls, value: int) -> int:
-        return _valid_k(value)
+        return valid_k(value)
 
     @field_validator("max_query_chars")
     @classmethod
@@ -212,42 +442,76 @@ class HyDERetriever(BaseRetriever):
     @field_validator("n_hypotheses")
     @classmethod
     def _check_n(cls, value: int) -> int:
-        if value < 0:
-            raise ValueError(f"n_hypotheses must be 0 (plain retrieval) or more, got {value}")
+        if not 0 <= value <= MAX_HYPOTHESES:
+            raise InvalidSettingError(
+                f"n_hypotheses must be between 0 (no LLM) and {MAX_HYPOTHESES}, got {value}: "
+                "each hypothesis is one more generation"
+            )
         return value
 
     @field_validator("fusion", mode="before")
     @classmethod
     def _check_fusion(cls, value: str) -> str:
         if value not in FUSION_MODES:
-            raise ValueError(f"unknown fusion {value!r}: choose one of {', '.join(FUSION_MODES)}")
+            raise InvalidSettingError(
+                f"unknown fusion {value!r}: choose one of {', '.join(FUSION_MODES)}"
+            )
+        return value
+
+    @field_validator("hybrid_fusion", mode="before")
+    @classmethod
+    def _check_hybrid_fusion(cls, value: str) -> str:
+        if value not in HYBRID_FUSIONS:
+            raise InvalidSettingError(
+                f"unknown hybrid_fusion {value!r}: choose one of {', '.join(HYBRID_FUSIONS)}"
+            )
         return value
 
     @field_validator("prompt")
     @classmethod
-    def _check_prompt(cls, value: str | list[str]) -> str | list[str]:
-        items = [value] if isinstance(value, str) else value
+    def _check_prompt(cls, value: Any) -> Any:
+        items = value if isinstance(value, list) else [value]
         if not items:
-            raise ValueError("prompt needs at least one prompt name or template")
+            raise InvalidSettingError("prompt needs at least one prompt name or template")
         for item in items:
             get_prompt(item)  # raises with the list of valid names
+        return value
+
+    @field_validator("lexical", mode="before")
+    @classmethod
+    def _check_lexical(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in ("auto", "off"):
+            raise InvalidSettingError(
+                f"lexical must be 'auto', 'off' or a LexicalSearch, got {value!r}"
+            )
         return value
 
     @model_validator(mode="after")
     def _check_combination(self) -> HyDERetriever:
         if self.n_hypotheses and self.hypothesis_llm is None:
-            raise ValueError("n_hypotheses > 0 needs a hypothesis_llm (or set n_hypotheses=0)")
-        if self.timeout is not None and self.timeout <= 0:
-            raise ValueError(f"timeout must be positive seconds or None, got {self.timeout}")
+            raise InvalidSettingError(
+                "n_hypotheses > 0 needs a hypothesis_llm (or set n_hypotheses=0)"
+            )
+        if self.timeout is not None and not 0 < self.timeout < float("inf"):
+            raise InvalidSettingError(
+                f"timeout must be a positive number of seconds or None, got {self.timeout}"
+            )
+        for name in ("dense_weight",):
+            value = getattr(self, name)
+            if not 0 <= value <= 1:
+                raise InvalidSettingError(f"{name} must lie between 0 and 1, got {value}")
+        for name in ("rrf_candidates", "hybrid_candidates", "lexical_query_repeats"):
+            if getattr(self, name) < 1:
+                raise InvalidSettingError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.query_weight is not None:
             if not 0 < self.query_weight < 1:
-                raise ValueError(
+                raise InvalidSettingError(
                     f"query_weight must lie strictly between 0 and 1, got {self.query_weight} "
                     "(for 0 set include_query=False; for 1 set n_hypotheses=0)"
                 )
             if self.fusion == "concat" or not self.include_query:
                 if "query_weight" in self.model_fields_set:
-                    raise ValueError(
+                    raise InvalidSettingError(
                         "query_weight needs the query in a mean or rrf fusion: use "
                         "fusion='mean' or 'rrf' with include_query=True, or leave "
                         "query_weight unset"
@@ -266,122 +530,198 @@ class HyDERetriever(BaseRetriever):
                 )
         if "k" in self.search_kwargs:  # the usual LangChain spelling: it sets the default k
             self.search_kwargs = dict(self.search_kwargs)
-            self.k = int(self.search_kwargs.pop("k"))
-        if self.embeddings is not None and isinstance(self.vectorstore, Chroma):
-            check_embeddings(self.vectorstore, self.embeddings)
+            self.k = valid_k(self.search_kwargs.pop("k"))
+        if self.embeddings is None and getattr(self.vectorstore, "embeddings", None) is None:
+            raise InvalidSettingError(
+                "HyDERetriever needs embeddings: pass embeddings=... (the model the store's "
+                "vectors were made with), or a store that carries its embedding function"
+            )
+        check_embeddings(self.vectorstore, self.embedding_model)
         return self
 
-    # -- steps -------------------------------------------------------------------------
+    # -- configuration -----------------------------------------------------------------
 
     @property
-    def mode(self) -> str:
-        """``standard`` without hypotheses, else ``hyde:<fusion>``."""
-        return "standard" if self.n_hypotheses == 0 else f"hyde:{self.fusion}"
-
-    def _embeddings(self) -> Embeddings:
+    def embedding_model(self) -> Embeddings:
+        """The embeddings in force: ``embeddings``, else the vector store's own."""
         embeddings = self.embeddings or self.vectorstore.embeddings
-        if embeddings is None:
-            raise ValueError(
-                "HyDERetriever needs embeddings: pass embeddings=... or a store that has them"
-            )
+        assert embeddings is not None  # checked at construction
         return embeddings
+
+    @property
+    def lexical_search(self) -> LexicalSearch | None:
+        """The lexical side in force (None: dense only), resolved once."""
+        if not self._lexical_resolved:
+            if isinstance(self.lexical, str):
+                self._lexical_search = (
+                    None if self.lexical == "off" else lexical_search_for(self.vectorstore)
+                )
+            else:
+                self._lexical_search = self.lexical
+            self._lexical_resolved = True
+        return self._lexical_search
+
+    @property
+    def label(self) -> str:
+        """The configuration in one name, used by the CLI, evaluation records and benchmarks.
+
+        ``standard`` (dense, no LLM), ``hybrid`` (dense + BM25, no LLM), ``hyde`` and
+        ``hybrid-hyde``, followed by every setting that differs from the defaults in
+        parentheses, e.g. ``hyde(fusion=rrf,w=paper,n=4)``.
+        """
+        return configuration_label(self)
+
+    def for_repeated_calls(self) -> HyDERetriever:
+        """A copy whose later calls for the same query reuse its first hypotheses.
+
+        (Unless a ``hypothesis_cache`` is set already: it reuses them anyway.)
+        """
+        if not self.n_hypotheses or self.hypothesis_cache is not None:
+            return self
+        return self.model_copy(update={"hypothesis_cache": InMemoryCache()})
+
+    # -- step 1: hypotheses ------------------------------------------------------------
 
     def build_prompts(self, query: str) -> list[str]:
         """The rendered prompts: ``n_hypotheses`` per configured prompt."""
-        names = [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
+        names = self.prompt if isinstance(self.prompt, list) else [self.prompt]
         rendered = [get_prompt(n).render(query, self.hypothesis_length) for n in names]
         return [p for p in rendered for _ in range(self.n_hypotheses)]
 
-    def _hypothesis_config(self, run_manager: Any) -> RunnableConfig:
-        return RunnableConfig(
-            callbacks=run_manager.get_child("hyde.hypothesis"),
-            tags=["hyde.hypothesis"],
-            run_name="hyde.hypothesis",
-        )
-
-    def _check_llm(self) -> BaseLanguageModel:
-        if self.hypothesis_llm is None:
-            raise ValueError("n_hypotheses > 0 needs a hypothesis_llm (or set n_hypotheses=0)")
-        return self.hypothesis_llm
-
-    def generate_hypotheses(
-        self, query: str, run_manager: CallbackManagerForRetrieverRun
-    ) -> Hypotheses:
-        """Write the hypotheses (concurrently, cache first) as children of this run."""
+    def write_hypotheses(self, query: str, config: RunnableConfig | None = None) -> Hypotheses:
+        """Step 1: write the hypotheses (concurrently, cache first, within ``timeout``)."""
+        if not self.n_hypotheses:
+            return Hypotheses([], [])
+        assert self.hypothesis_llm is not None
         return write_hypotheses(
-            self._check_llm(),
+            self.hypothesis_llm,
             self.build_prompts(query),
-            config=self._hypothesis_config(run_manager),
+            config=config,
             timeout=self.timeout,
             cache=self.hypothesis_cache,
         )
 
-    async def agenerate_hypotheses(
-        self, query: str, run_manager: AsyncCallbackManagerForRetrieverRun
+    async def awrite_hypotheses(
+        self, query: str, config: RunnableConfig | None = None
     ) -> Hypotheses:
-        """Async `generate_hypotheses`: the N generations are awaited together."""
+        """Async `write_hypotheses`: the generations are awaited together."""
+        if not self.n_hypotheses:
+            return Hypotheses([], [])
+        assert self.hypothesis_llm is not None
         return await awrite_hypotheses(
-            self._check_llm(),
+            self.hypothesis_llm,
             self.build_prompts(query),
-            config=self._hypothesis_config(run_manager),
+            config=config,
             timeout=self.timeout,
             cache=self.hypothesis_cache,
         )
 
-    def _embed_inputs(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """Embed what the fusion mode searches with.
+    # -- step 2: embeddings ------------------------------------------------------------
 
-        Returns ``vectors`` (one per search) and ``dropped``, the number of hypotheses
-        left out by ``min_hypothesis_similarity``.
-        """
-        embeddings = self._embeddings()
-        query, hypotheses = payload["query"], payload["hypotheses"]
+    def _needs_query_vector(self, hypotheses: Sequence[str]) -> bool:
         if not hypotheses:
-            return {"vectors": [embeddings.embed_query(query)], "dropped": 0}
+            return True
         if self.fusion == "concat":
-            text = concat_text(query if self.include_query else None, hypotheses)
-            return {"vectors": [embeddings.embed_query(text)], "dropped": 0}
-        vectors = embeddings.embed_documents(hypotheses)
-        gate = self.min_hypothesis_similarity
-        needs_query = self.include_query or gate is not None  # a gate of 0.0 is a gate too
-        query_vector = embeddings.embed_query(query) if needs_query else None
-        dropped = 0
-        if gate is not None and query_vector is not None:
-            kept = similar_enough(query_vector, vectors, gate)
-            dropped = len(vectors) - len(kept)
-            vectors = [vectors[i] for i in kept]
-            if not vectors:
-                return {"vectors": [query_vector], "dropped": dropped}
-        if self.include_query and query_vector is not None:
-            vectors = [query_vector, *vectors]
-        if self.fusion == "mean":
-            vectors = [fuse_mean(vectors, self._fusion_weights(len(vectors)))]
-        return {"vectors": vectors, "dropped": dropped}
+            return False
+        return self.include_query or self.min_hypothesis_similarity is not None
 
-    def _fusion_weights(self, count: int) -> list[float] | None:
+    def embed(
+        self,
+        query: str,
+        hypotheses: Sequence[str],
+        query_vector: list[float] | None = None,
+    ) -> Embedded:
+        """Step 2: embed what the fusion needs (hypotheses in one batch).
+
+        ``query_vector``, when given, is the query's embedding computed earlier (the
+        retriever computes it while the hypotheses are being written).
+        """
+        embeddings = self.embedding_model
+        hypotheses = list(hypotheses)
+        if hypotheses and self.fusion == "concat":
+            text = concat_text(query if self.include_query else None, hypotheses)
+            return Embedded([text], [embeddings.embed_query(text)], hypotheses=len(hypotheses))
+        if self._needs_query_vector(hypotheses) and query_vector is None:
+            query_vector = embeddings.embed_query(query)
+        vectors = embeddings.embed_documents(hypotheses) if hypotheses else []
+        texts, out = list(hypotheses), list(vectors)
+        if query_vector is not None and (self.include_query or not hypotheses):
+            texts, out = [query, *texts], [query_vector, *out]
+        return Embedded(texts, out, query_vector, hypotheses=len(hypotheses))
+
+    # -- step 3: fusion ----------------------------------------------------------------
+
+    def fuse(self, embedded: Embedded) -> Fused:
+        """Step 3: the dense search vector(s) made of `Embedded`.
+
+        The weighted mean, the concat vector, or one vector per ranking for ``rrf``;
+        hypotheses below ``min_hypothesis_similarity`` are left out first.
+        """
+        if not embedded.hypotheses or self.fusion == "concat":
+            return Fused(embedded.vectors[:1])
+        with_query = len(embedded.vectors) > embedded.hypotheses
+        hypotheses = embedded.vectors[-embedded.hypotheses :]
+        dropped = 0
+        gate = self.min_hypothesis_similarity
+        if gate is not None and embedded.query_vector is not None:
+            kept = similar_enough(embedded.query_vector, hypotheses, gate)
+            dropped = len(hypotheses) - len(kept)
+            hypotheses = [hypotheses[i] for i in kept]
+            if not hypotheses:
+                return Fused([embedded.query_vector], dropped=dropped)
+        vectors = ([embedded.vectors[0]] if with_query else []) + hypotheses
+        weights = self._fusion_weights(len(vectors), with_query)
+        if self.fusion == "mean":
+            return Fused([fuse_mean(vectors, weights)], dropped=dropped)
+        return Fused(vectors, weights, dropped=dropped)
+
+    def _fusion_weights(self, count: int, with_query: bool) -> list[float] | None:
         """Weights of [query, *hypotheses] by ``query_weight`` (None: all equal)."""
-        if self.query_weight is None or not self.include_query or count < 2:
+        if self.query_weight is None or not with_query or count < 2:
             return None
         return [self.query_weight] + [(1 - self.query_weight) / (count - 1)] * (count - 1)
 
-    def _search(self, vectors: list[list[float]], k: int) -> list[Document]:
-        """Search with one vector, or fuse the rankings of several (``rrf``)."""
-        if len(vectors) == 1:
-            return self._search_one(vectors[0], k)
+    # -- step 4: search ----------------------------------------------------------------
+
+    def search(
+        self,
+        fused: Fused,
+        k: int,
+        *,
+        query: str = "",
+        hypotheses: Sequence[str] = (),
+    ) -> list[Document]:
+        """Step 4: dense hits for ``fused``, fused with lexical hits for query + hypotheses.
+
+        Every Document's ``metadata["score"]`` is its score in the final ranking (cosine
+        relevance when dense only); with a lexical side, ``dense_score`` and
+        ``lexical_score`` give each list's own score (None where it did not find the
+        chunk) and ``found_by`` the lists that found it.
+        """
+        lexical = self.lexical_search if self.search_type == "similarity" else None
+        if lexical is None:
+            return self._dense(fused, k)
+        depth = max(k, self.hybrid_candidates)
+        dense_hits = self._dense(fused, depth)
+        weights = lexical_query(query, list(hypotheses), self.lexical_query_repeats)
+        lexical_hits = lexical.search(weights, depth, self.search_kwargs.get("filter"))
+        return self._hybrid(dense_hits, lexical_hits, k, lexical)
+
+    def _dense(self, fused: Fused, k: int) -> list[Document]:
+        """One search, or the reciprocal rank fusion of several (``rrf``)."""
+        if len(fused.vectors) == 1:
+            return self._search_one(fused.vectors[0], k)
         depth = max(k, self.rrf_candidates)
-        rankings = [self._search_one(v, depth) for v in vectors]
+        rankings = [self._search_one(v, depth) for v in fused.vectors]
         by_key: dict[str, Document] = {}
-        id_rankings = []
         for ranking in rankings:
-            keys = []
             for doc in ranking:
-                key = doc.id or doc.page_content
-                by_key.setdefault(key, doc)
-                keys.append(key)
-            id_rankings.append(keys)
-        fused = reciprocal_rank_fusion(id_rankings, weights=self._fusion_weights(len(vectors)))[:k]
+                by_key.setdefault(_key(doc), doc)
+        fused_ids = reciprocal_rank_fusion(
+            [[_key(d) for d in r] for r in rankings], weights=fused.weights
+        )[:k]
         out = []
-        for key, score in fused:
+        for key, score in fused_ids:
             doc = by_key[key].model_copy(deep=True)
             doc.metadata["similarity"] = doc.metadata.get("score")
             doc.metadata["score"] = score
@@ -389,118 +729,136 @@ class HyDERetriever(BaseRetriever):
         return out
 
     def _search_one(self, vector: list[float], k: int) -> list[Document]:
-        extra = dict(self.search_kwargs)
-        if isinstance(self.vectorstore, Chroma):  # documents still being written stay out
-            extra["filter"] = search_filter(self.vectorstore, extra.get("filter"))
         if self.search_type == "mmr":
-            # MMR picks k from fetch_k candidates: fewer candidates than k would return
-            # fewer than k documents although the collection has more.
-            extra["fetch_k"] = max(int(extra.get("fetch_k", 20)), k)
-            docs = self.vectorstore.max_marginal_relevance_search_by_vector(vector, k=k, **extra)
-            return self._with_cosine([d.model_copy(deep=True) for d in docs], vector)
-        if not isinstance(self.vectorstore, Chroma):
-            docs = self.vectorstore.similarity_search_by_vector(vector, k=k, **extra)
-            return [d.model_copy(deep=True) for d in docs]
-        # langchain-chroma's "*_with_relevance_scores" by vector returns distances;
-        # the collection's own function turns them into relevance (higher is better).
-        to_relevance = self.vectorstore._select_relevance_score_fn()
-        pairs = self.vectorstore.similarity_search_by_vector_with_relevance_scores(
-            vector, k=k, **extra
-        )
+            return mmr_search(self.vectorstore, vector, k, self.search_kwargs)
+        return vector_search(self.vectorstore, vector, k, self.search_kwargs)
+
+    def _hybrid(
+        self,
+        dense: list[Document],
+        lexical_hits: list[tuple[str, float]],
+        k: int,
+        lexical: LexicalSearch,
+    ) -> list[Document]:
+        dense_scored = [(_key(d), d.metadata.get("score")) for d in dense]
+        weights = [self.dense_weight, 1 - self.dense_weight]
+        if self.hybrid_fusion == "rrf" or any(score is None for _, score in dense_scored):
+            # a store that returns no scores: fuse by rank
+            ranked = reciprocal_rank_fusion(
+                [[i for i, _ in dense_scored], [i for i, _ in lexical_hits]], weights=weights
+            )
+        else:
+            ranked = score_fusion([dense_scored, lexical_hits], weights)  # type: ignore[list-item]
+        dense_by_key = {_key(d): d for d in dense}
+        lexical_scores = dict(lexical_hits)
+        # Lexical-only hits are read from the store now: the chunk may have gone (or be
+        # mid-write) since the index was read; those are skipped.
+        missing = [key for key, _ in ranked[: 2 * k] if key not in dense_by_key]
+        fetched = {_key(d): d for d in lexical.documents(missing)}
         out = []
-        for doc, distance in pairs:
-            doc = doc.model_copy(deep=True)
-            doc.metadata["score"] = float(to_relevance(distance))
+        for key, score in ranked:
+            found = dense_by_key.get(key) or fetched.get(key)
+            if found is None:
+                continue
+            doc = found.model_copy(deep=True)
+            in_dense = key in dense_by_key
+            doc.metadata["dense_score"] = found.metadata.get("score") if in_dense else None
+            doc.metadata["lexical_score"] = lexical_scores.get(key)
+            doc.metadata["found_by"] = [
+                name
+                for name, hit in (("dense", in_dense), ("lexical", key in lexical_scores))
+                if hit
+            ]
+            doc.metadata["score"] = score
             out.append(doc)
+            if len(out) == k:
+                break
         return out
 
-    def _with_cosine(self, docs: list[Document], vector: list[float]) -> list[Document]:
-        """Add the cosine similarity to the query vector (MMR itself returns no scores)."""
-        if not isinstance(self.vectorstore, Chroma) or not docs:
-            return docs
-        ids = [str(d.id) for d in docs]
-        got = self.vectorstore._collection.get(ids=ids, include=["embeddings"])
-        vectors: list[Any] = list(got["embeddings"] if got["embeddings"] is not None else [])
-        stored = dict(zip(got["ids"], vectors, strict=True))
-        query = np.asarray(vector, dtype=float)
-        query /= max(float(np.linalg.norm(query)), 1e-12)
-        for doc in docs:
-            if doc.id in stored:
-                row = np.asarray(stored[doc.id], dtype=float)
-                doc.metadata["score"] = float(row @ query / max(np.linalg.norm(row), 1e-12))
-        return docs
-
-    def _finish(self, result: HyDEResult) -> list[Document]:
-        for doc in result.documents:
-            doc.metadata["retrieval_mode"] = result.mode
-            if result.fallback:
-                doc.metadata["hyde_fallback"] = result.fallback
-            if result.query_note:
-                doc.metadata["hyde_query_truncated"] = result.query_note
-            if self.min_hypothesis_similarity is not None and result.hypotheses:
-                doc.metadata["hyde_hypotheses_dropped"] = result.hypotheses_dropped
-        return result.documents
+    # -- the whole pipeline ------------------------------------------------------------
 
     def _prepare(self, query: str, kwargs: dict[str, Any]) -> tuple[str, str | None, int]:
         """Check the call's query and k before any model runs; cut a long query."""
-        k = self._call_k(kwargs)
+        k = valid_k(kwargs.get("k", self.k))
         query, note = clip_query(query, self.max_query_chars)
         return query, note, k
 
-    def _check_vectors(self, vectors: list[list[float]]) -> None:
-        if isinstance(self.vectorstore, Chroma) and vectors:
-            check_dimension(self.vectorstore, len(vectors[0]))
-
-    # -- LangChain hooks ---------------------------------------------------------------
-
-    def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
-    ) -> list[Document]:
+    def _retrieve(
+        self, query: str, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> HyDEResult:
         query, note, k = self._prepare(query, kwargs)
+        early = self._embed_query_early(query)
         start = time.perf_counter()
-        written = self.generate_hypotheses(query, run_manager) if self.n_hypotheses else None
+        written = self.write_hypotheses(query, self._child(run_manager, "hyde.hypothesis"))
         timings = {"hypothesis_s": time.perf_counter() - start}
         start = time.perf_counter()
-        embedded = RunnableLambda(self._embed_inputs, name="hyde.embed").invoke(
-            {"query": query, "hypotheses": written.texts if written else []},
-            self._embed_config(run_manager),
+        embed = RunnableLambda(
+            lambda vector: self.embed(query, written.texts, vector), name="hyde.embed"
         )
+        embedded = embed.invoke(
+            early.result() if early else None, self._child(run_manager, "hyde.embed")
+        )
+        fused = self.fuse(embedded)
+        check_dimension(self.vectorstore, len(fused.vectors[0]))
         timings["embedding_s"] = time.perf_counter() - start
-        vectors = embedded["vectors"]
-        self._check_vectors(vectors)
         start = time.perf_counter()
-        docs = self._search(vectors, k)
+        docs = self.search(fused, k, query=query, hypotheses=written.texts)
         timings["search_s"] = time.perf_counter() - start
-        return self._record(query, written, embedded, docs, timings, kwargs, note)
+        return self._result(query, note, written, embedded, fused, docs, timings)
 
-    async def _aget_relevant_documents(
-        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
-    ) -> list[Document]:
+    async def _aretrieve(
+        self, query: str, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> HyDEResult:
         query, note, k = self._prepare(query, kwargs)
+        early = None
+        if self.n_hypotheses and self.fusion != "concat":
+            early = asyncio.ensure_future(
+                run_in_executor(None, self.embedding_model.embed_query, query)
+            )
         start = time.perf_counter()
-        written = await self.agenerate_hypotheses(query, run_manager) if self.n_hypotheses else None
+        try:
+            written = await self.awrite_hypotheses(
+                query, self._child(run_manager, "hyde.hypothesis")
+            )
+        except BaseException:
+            if early is not None:
+                early.cancel()
+            raise
         timings = {"hypothesis_s": time.perf_counter() - start}
         start = time.perf_counter()
+        query_vector = await early if early is not None else None
 
-        async def aembed(payload: dict[str, Any]) -> dict[str, Any]:
-            return await run_in_executor(None, self._embed_inputs, payload)
+        async def aembed(vector: list[float] | None) -> Embedded:
+            return await run_in_executor(None, self.embed, query, written.texts, vector)
 
-        embed = RunnableLambda(self._embed_inputs, afunc=aembed, name="hyde.embed")
-        embedded = await embed.ainvoke(
-            {"query": query, "hypotheses": written.texts if written else []},
-            self._embed_config(run_manager),
+        embed = RunnableLambda(
+            lambda vector: self.embed(query, written.texts, vector), afunc=aembed, name="hyde.embed"
         )
+        embedded = await embed.ainvoke(query_vector, self._child(run_manager, "hyde.embed"))
+        fused = self.fuse(embedded)
+        check_dimension(self.vectorstore, len(fused.vectors[0]))
         timings["embedding_s"] = time.perf_counter() - start
-        vectors = embedded["vectors"]
-        self._check_vectors(vectors)
         start = time.perf_counter()
-        docs = await run_in_executor(None, self._search, vectors, k)
+        docs = await run_in_executor(
+            None, lambda: self.search(fused, k, query=query, hypotheses=written.texts)
+        )
         timings["search_s"] = time.perf_counter() - start
-        return self._record(query, written, embedded, docs, timings, kwargs, note)
+        return self._result(query, note, written, embedded, fused, docs, timings)
 
-    def _fallback(self, written: Hypotheses | None, dropped: int) -> str | None:
-        """Why the search used the query alone, if it did."""
-        if written is None:
+    def _embed_query_early(self, query: str) -> Future[list[float]] | None:
+        """Start the query's embedding now if hypotheses are coming (it does not need them)."""
+        if not self.n_hypotheses or self.fusion == "concat":
+            return None
+        context = contextvars.copy_context()
+        return _EARLY.submit(context.run, self.embedding_model.embed_query, query)
+
+    @staticmethod
+    def _child(run_manager: Any, tag: str) -> RunnableConfig:
+        return RunnableConfig(callbacks=run_manager.get_child(tag), tags=[tag], run_name=tag)
+
+    def _fallback(self, written: Hypotheses, dropped: int) -> str | None:
+        """Why the dense search used the query alone, if it did."""
+        if not self.n_hypotheses:
             return None
         if written.fallback or not written.texts or dropped < len(written.texts):
             return written.fallback
@@ -509,72 +867,102 @@ class HyDERetriever(BaseRetriever):
             " (cosine to the query): searched with the query alone"
         )
 
-    def _call_k(self, kwargs: dict[str, Any]) -> int:
-        return _valid_k(kwargs.get("k", self.k))
-
-    @staticmethod
-    def _embed_config(run_manager: Any) -> RunnableConfig:
-        return RunnableConfig(callbacks=run_manager.get_child("hyde.embed"), tags=["hyde.embed"])
-
-    def _record(
+    def _result(
         self,
         query: str,
-        written: Hypotheses | None,
-        embedded: dict[str, Any],
+        note: str | None,
+        written: Hypotheses,
+        embedded: Embedded,
+        fused: Fused,
         docs: list[Document],
         timings: dict[str, float],
-        kwargs: dict[str, Any],
-        note: str | None = None,
-    ) -> list[Document]:
+    ) -> HyDEResult:
         result = HyDEResult(
             query=query,
-            hypotheses=written.texts if written else [],
+            hypotheses=written.texts,
             documents=docs,
-            mode=self.mode,
-            fallback=self._fallback(written, embedded["dropped"]),
+            label=self.label,
+            fallback=self._fallback(written, fused.dropped),
             timings=timings,
-            hypothesis_messages=written.messages if written else [],
-            prompts=written.prompts if written else [],
-            cache_hits=written.cache_hits if written else 0,
-            search_vectors=embedded["vectors"],
+            hypothesis_messages=written.messages,
+            prompts=written.prompts,
+            cache_hits=written.cache_hits,
+            embedded_texts=embedded.texts,
+            search_vectors=fused.vectors,
             query_note=note,
-            hypotheses_dropped=embedded["dropped"],
+            hypotheses_dropped=fused.dropped,
+            lexical=self.lexical_search is not None and self.search_type == "similarity",
         )
-        holder = kwargs.get(_DETAILS_KEY)
-        if isinstance(holder, list):
-            holder.append(result)
-        return self._finish(result)
-
-    # -- details API -------------------------------------------------------------------
-
-    def retrieve_with_details(
-        self, query: str, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> HyDEResult:
-        """Like ``invoke`` (same run, same callbacks), but returns hypotheses and timings too."""
-        holder: list[HyDEResult] = []
-        self.invoke(query, config, **{_DETAILS_KEY: holder}, **kwargs)
-        return holder[0]
-
-    async def aretrieve_with_details(
-        self, query: str, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> HyDEResult:
-        """Async `retrieve_with_details`."""
-        holder: list[HyDEResult] = []
-        await self.ainvoke(query, config, **{_DETAILS_KEY: holder}, **kwargs)
-        return holder[0]
+        for doc in docs:
+            doc.metadata["retrieval_mode"] = result.label
+            if result.fallback:
+                doc.metadata["hyde_fallback"] = result.fallback
+            if note:
+                doc.metadata["hyde_query_truncated"] = note
+            if self.min_hypothesis_similarity is not None and written.texts:
+                doc.metadata["hyde_hypotheses_dropped"] = fused.dropped
+        return result
 
 
-def _valid_k(value: Any) -> int:
-    """``k`` as an int of at least 1, or `InvalidSettingError` saying so."""
-    try:
-        k = int(value)
-    except (TypeError, ValueError):
-        raise InvalidSettingError(
-            f"k must be a whole number of at least 1, got {value!r}"
-        ) from None
-    if k < 1:
-        raise InvalidSettingError(
-            f"k must be at least 1, got {value!r} (a k above the collection's size returns "
-            "every chunk there is)"
-        )
-    return k
+def _key(doc: Document) -> str:
+    return str(doc.id) if doc.id else doc.page_content
+
+
+_LABEL_FIELDS: tuple[tuple[str, str], ...] = (
+    ("fusion", "fusion"),
+    ("query_weight", "w"),
+    ("n_hypotheses", "n"),
+    ("prompt", "prompt"),
+    ("include_query", "hypotheses-only"),
+    ("min_hypothesis_similarity", "gate"),
+    ("search_type", "search"),
+    ("dense_weight", "dense"),
+    ("hybrid_fusion", "hybrid-fusion"),
+    ("lexical_query_repeats", "repeats"),
+)
+
+
+def configuration_label(retriever: HyDERetriever) -> str:
+    """The one name of a retriever's configuration (see `HyDERetriever.label`).
+
+    Example:
+        >>> from langchain_core.vectorstores import InMemoryVectorStore
+        >>> from langchain_core.embeddings import DeterministicFakeEmbedding
+        >>> store = InMemoryVectorStore(DeterministicFakeEmbedding(size=8))
+        >>> configuration_label(HyDERetriever(vectorstore=store, n_hypotheses=0))
+        'standard'
+
+    """
+    hyde = retriever.n_hypotheses > 0
+    hybrid = retriever.lexical != "off" and retriever.lexical_search is not None
+    base = {(False, False): "standard", (False, True): "hybrid", (True, False): "hyde"}.get(
+        (hyde, hybrid), "hybrid-hyde"
+    )
+    defaults = HyDERetriever.model_fields
+    parts = []
+    for name, short in _LABEL_FIELDS:
+        value = getattr(retriever, name)
+        if value == defaults[name].default:
+            continue
+        if not hyde and name in (
+            "fusion",
+            "query_weight",
+            "prompt",
+            "include_query",
+            "n_hypotheses",
+            "min_hypothesis_similarity",
+        ):
+            continue
+        if not hybrid and name in ("dense_weight", "hybrid_fusion", "lexical_query_repeats"):
+            continue
+        if name == "query_weight":
+            if value is None and (retriever.fusion == "concat" or not retriever.include_query):
+                continue
+            parts.append(f"w={'paper' if value is None else f'{value:g}'}")
+        elif name == "include_query":
+            parts.append(short)
+        elif name == "prompt" and not isinstance(value, str):
+            parts.append("prompt=custom")
+        else:
+            parts.append(f"{short}={value:g}" if isinstance(value, float) else f"{short}={value}")
+    return base + (f"({','.join(parts)})" if parts else "")

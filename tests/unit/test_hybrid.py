@@ -1,0 +1,175 @@
+"""Hybrid retrieval: the collection's lexical index next to its vectors, kept current."""
+
+import logging
+
+import chromadb
+import pytest
+from langchain_chroma import Chroma
+from langchain_core.documents import Document
+from langchain_core.vectorstores import InMemoryVectorStore
+
+from hyde_lc.ingest import ingest_paths
+from hyde_lc.lexical import LexicalSearch, lexical_search_for
+from hyde_lc.retriever import HyDERetriever
+from hyde_lc.store import WRITING, collection_state, lexical_folder, open_store
+from tests.conftest import FakeEmbeddings
+
+TEXTS = {
+    "lens.txt": "Augustin Fresnel designed a stepped lens of concentric prisms in 1822.",
+    "keeper.txt": "Keepers trimmed wicks and wound the clockwork every night.",
+    "fog.txt": "Fog signals used horns, bells and guns when the light could not be seen.",
+    "bees.txt": "Bees pollinate flowers and make honey in their hives.",
+    "yeast.txt": "Sourdough bread rises thanks to wild yeast and lactic bacteria.",
+}
+
+
+@pytest.fixture
+def folder(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name, text in TEXTS.items():
+        (docs / name).write_text(text)
+    return docs
+
+
+@pytest.fixture
+def store(tmp_path, folder, fake_embeddings):
+    st = open_store(tmp_path / "store", embeddings=fake_embeddings)
+    ingest_paths([folder], st, progress=False)
+    return st
+
+
+def names(docs):
+    return [d.metadata["file_name"] for d in docs]
+
+
+def test_an_exact_term_is_found_by_the_lexical_side(store):
+    # Hash embeddings carry no meaning: only BM25 can find "clockwork".
+    retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, k=2)
+    result = retriever.retrieve_with_details("who wound the clockwork")
+    top = result.documents[0]
+    assert top.metadata["file_name"] == "keeper.txt"
+    assert "lexical" in top.metadata["found_by"] and top.metadata["lexical_score"] > 0
+    assert result.lexical and result.label == "hybrid"
+    scores = [d.metadata["score"] for d in result.documents]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_lexical_off_is_dense_only(store, fake_embeddings):
+    dense = HyDERetriever(vectorstore=store, n_hypotheses=0, k=3, lexical="off")
+    docs = dense.invoke("who wound the clockwork")
+    direct = store.similarity_search_by_vector(
+        fake_embeddings.embed_query("who wound the clockwork"), k=3
+    )
+    assert names(docs) == names(direct)
+    assert dense.label == "standard" and "found_by" not in docs[0].metadata
+
+
+def test_hypotheses_feed_the_lexical_query(store):
+    from tests.unit.test_retriever import ScriptedChat
+
+    writer = ScriptedChat(replies=["Bakers rely on sourdough starters full of yeast."])
+    retriever = HyDERetriever(vectorstore=store, hypothesis_llm=writer, k=1)
+    result = retriever.retrieve_with_details("what makes bread rise")
+    assert names(result.documents) == ["yeast.txt"]
+    assert result.label == "hybrid-hyde"
+
+
+def test_the_search_filter_narrows_lexical_hits_too(store):
+    retriever = HyDERetriever(
+        vectorstore=store, n_hypotheses=0, k=3, search_kwargs={"filter": {"file_name": "bees.txt"}}
+    )
+    assert set(names(retriever.invoke("clockwork keepers honey"))) == {"bees.txt"}
+
+
+def test_reingesting_a_changed_file_updates_the_index(store, folder):
+    (folder / "fog.txt").write_text("Foghorns were replaced by electric diaphragm emitters.")
+    ingest_paths([folder], store, progress=False)
+    retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, k=1)
+    assert names(retriever.invoke("diaphragm emitters")) == ["fog.txt"]
+    search = lexical_search_for(store)
+    assert search is not None and not search.ensure_current()  # ingest left it current
+    assert [i for i, _ in search.search(search_terms("bells guns"), k=5)] == []
+
+
+def search_terms(text):
+    from hyde_lc.lexical import lexical_query
+
+    return lexical_query(text)
+
+
+def test_a_write_the_index_missed_is_caught_and_rebuilt(store, fake_embeddings):
+    search = lexical_search_for(store)
+    assert search is not None and not search.ensure_current()
+    # Another program writes to the collection directly: the count changes.
+    raw = chromadb.PersistentClient(path=str(store.location.path)).get_collection("hyde_lc")
+    raw.add(
+        ids=["outsider"],
+        documents=["Lighthouse tenders carried supplies to remote stations."],
+        embeddings=[fake_embeddings.embed_query("x")],
+        metadatas=[{"source": "outsider", "file_name": "outsider"}],
+    )
+    fresh = open_store(store.location.path, embeddings=fake_embeddings)
+    retriever = HyDERetriever(vectorstore=fresh, n_hypotheses=0, k=1)
+    assert [d.id for d in retriever.invoke("tenders carried supplies")] == ["outsider"]
+
+
+def test_a_writer_killed_mid_write_leaves_a_mark_that_forces_a_rebuild(store, fake_embeddings):
+    from hyde_lc.store import renew_generation
+
+    search = lexical_search_for(store)
+    assert search is not None
+    search.ensure_current()
+    renew_generation(store, writing=True)  # a writer began... and died (no lock is held)
+    generation, _ = collection_state(store)
+    assert generation.startswith(WRITING)
+    assert search.ensure_current()  # rebuilt, not trusted
+
+
+def test_the_index_lives_beside_the_collection(store):
+    folder = lexical_folder(store)
+    assert folder is not None and folder.is_relative_to(store.location.path)
+
+
+def test_a_store_without_an_index_searches_dense_only_and_says_so_once(caplog, fake_embeddings):
+    store = InMemoryVectorStore(fake_embeddings)
+    store.add_documents([Document(t, id=n) for n, t in TEXTS.items()])
+    with caplog.at_level(logging.WARNING, logger="hyde_lc.lexical"):
+        first = HyDERetriever(vectorstore=store, n_hypotheses=0, k=2)
+        first.invoke("clockwork")
+        HyDERetriever(vectorstore=store, n_hypotheses=0, k=2).invoke("clockwork")
+    warnings = [r for r in caplog.records if "no lexical index" in r.getMessage()]
+    assert len(warnings) <= 1 and first.label == "standard"
+
+
+def test_a_lexical_side_can_be_built_from_any_store(fake_embeddings):
+    store = InMemoryVectorStore(fake_embeddings)
+    store.add_documents([Document(t, id=n) for n, t in TEXTS.items()])
+    retriever = HyDERetriever(
+        vectorstore=store, n_hypotheses=0, k=1, lexical=LexicalSearch.from_store(store)
+    )
+    result = retriever.retrieve_with_details("who wound the clockwork")
+    assert [d.id for d in result.documents] == ["keeper.txt"] and result.label == "hybrid"
+
+
+@pytest.mark.parametrize("pass_embeddings", [True, False])
+def test_a_chroma_collection_built_without_hyde_lc_is_searched(tmp_path, pass_embeddings):
+    embeddings = FakeEmbeddings(size=32)
+    docs = [Document(t, id=n, metadata={"name": n}) for n, t in TEXTS.items()]
+    client = chromadb.PersistentClient(path=str(tmp_path / "theirs"))
+    Chroma.from_documents(docs, embeddings, client=client, collection_name="theirs")
+    theirs = Chroma(
+        client=client,
+        collection_name="theirs",
+        embedding_function=None if pass_embeddings else embeddings,
+    )
+    metadata_before = dict(theirs._collection.metadata or {})
+    retriever = HyDERetriever(
+        vectorstore=theirs,
+        embeddings=embeddings if pass_embeddings else None,
+        n_hypotheses=0,
+        k=2,
+        lexical=LexicalSearch.from_store(theirs),
+    )
+    assert retriever.invoke("who wound the clockwork")[0].id == "keeper.txt"
+    assert dict(theirs._collection.metadata or {}) == metadata_before  # nothing written

@@ -1,0 +1,90 @@
+"""The lexical side: analysis, the BM25 index, and its query."""
+
+from collections import Counter
+
+import pytest
+
+from hyde_lc.lexical import LexicalIndex, analyze, lexical_query, read_state
+
+
+def test_english_terms_are_stemmed_lowercased_and_stop_words_dropped():
+    assert analyze("The Lighthouses of the Coasts") == ["lighthous", "coast"]
+
+
+def test_single_letters_and_punctuation_are_not_terms():
+    assert analyze("a b, c! -- 42 x9") == ["42", "x9"]
+
+
+def test_cjk_runs_become_characters_and_pairs_and_mix_with_english():
+    terms = analyze("Fresnel透镜灯塔")
+    assert terms[0] == "fresnel"
+    assert set(terms[1:]) == {"透", "镜", "灯", "塔", "透镜", "镜灯", "灯塔"}
+
+
+def test_japanese_kana_and_korean_are_cjk_too():
+    assert "すい" in analyze("すいか") and "등대" in analyze("등대")
+
+
+def test_query_terms_outweigh_each_hypothesis_only_when_there_are_hypotheses():
+    assert lexical_query("lens focus") == Counter({"len": 1, "focus": 1})
+    weights = lexical_query("lens", ["A lens and a prism."], query_repeats=5)
+    assert weights == Counter({"len": 6, "prism": 1})
+
+
+def test_index_ranks_by_bm25_and_weights_count_like_repeats():
+    index = LexicalIndex.in_memory()
+    index.add(
+        [
+            ("lamp", "Keepers trimmed the lamp wicks every evening."),
+            ("lens", "A Fresnel lens bends light with concentric prisms."),
+            ("both", "The lamp sat inside the lens."),
+        ]
+    )
+    assert index.search(Counter({"prism": 1}), k=1)[0][0] == "lens"
+    # "lamp" weighted up wins over "len": the chunk with both terms first, then the lamp one.
+    ranked = [chunk for chunk, _ in index.search(Counter({"lamp": 5, "len": 1}), k=3)]
+    assert ranked[:2] == ["both", "lamp"]
+
+
+def test_adding_an_id_again_replaces_it_and_delete_removes_it():
+    index = LexicalIndex.in_memory()
+    index.add([("a", "fog horn"), ("b", "tide table")])
+    index.add([("a", "granite tower")])
+    assert len(index) == 2
+    assert index.search(lexical_query("fog"), k=5) == []
+    index.delete(["a", "unknown"])
+    assert len(index) == 1 and index.search(lexical_query("granite"), k=5) == []
+
+
+def test_empty_query_or_k_below_one_finds_nothing():
+    index = LexicalIndex.in_memory()
+    index.add([("a", "fog horn")])
+    assert index.search(Counter(), k=3) == [] and index.search(lexical_query("fog"), k=0) == []
+
+
+def test_an_index_on_disk_survives_reopening_with_its_state(tmp_path):
+    folder = tmp_path / "lexical"
+    index = LexicalIndex.open(folder)
+    index.add([("a", "fog horn")])
+    index.mark("gen-1")
+    again = LexicalIndex.open(folder)
+    assert [c for c, _ in again.search(lexical_query("horn"), k=1)] == ["a"]
+    state = read_state(folder)
+    assert state is not None and (state.generation, state.chunks) == ("gen-1", 1)
+
+
+def test_an_index_of_another_layout_is_cleared_not_misread(tmp_path):
+    folder = tmp_path / "lexical"
+    folder.mkdir()
+    (folder / "meta.json").write_text("{}")
+    (folder / LexicalIndex.STATE_FILE).write_text('{"format": 999, "generation": "x"}')
+    index = LexicalIndex.open(folder)
+    assert len(index) == 0
+    assert read_state(folder) is None  # the old state file went with the old layout
+
+
+@pytest.mark.parametrize("text", ["", "   ", "!!!", "a an the"])
+def test_text_without_terms_indexes_and_queries_as_nothing(text):
+    index = LexicalIndex.in_memory()
+    index.add([("x", text)])
+    assert index.search(lexical_query(text), k=3) == []
