@@ -11,39 +11,7 @@ from langchain_core.documents import Document
 from hyde_lc.errors import EmbeddingMismatchError, IngestError, StoreError
 from hyde_lc.ingest import chunk_id, ingest_paths, load_document, split_document
 from hyde_lc.store import collection_info, iter_metadatas, open_store
-from tests.conftest import SAMPLE_PDF, FakeEmbeddings, make_pdf
-
-PARAGRAPH = (
-    "The keeper climbed the tower at dusk to light the lamp. {n} He wound the clockwork that "
-    "turned the lens and wrote the weather in the log. Ships passing the reef counted the "
-    "flashes to know which light they saw. "
-)
-
-
-def long_text(n_paragraphs: int, tag: str = "") -> str:
-    return "\n\n".join(PARAGRAPH.format(n=f"{tag}{i}.") for i in range(n_paragraphs))
-
-
-def tree_digest(folder: Path) -> str:
-    """Digest of a collection's logical content: ids, texts, metadata, vectors, settings.
-
-    Not of the files' bytes: Chroma rewrites its sqlite file and HNSW headers on every
-    open, even a read-only one, so bytes change although nothing stored did.
-    """
-    import chromadb
-    from chromadb.config import Settings
-
-    client = chromadb.PersistentClient(str(folder), settings=Settings(anonymized_telemetry=False))
-    digest = hashlib.sha256()
-    for collection in sorted(client.list_collections(), key=lambda c: c.name):
-        got = collection.get(include=["documents", "metadatas", "embeddings"])
-        order = sorted(range(len(got["ids"])), key=lambda i: got["ids"][i])
-        digest.update(repr((collection.name, sorted((collection.metadata or {}).items()))).encode())
-        for i in order:
-            vector = [round(float(x), 6) for x in got["embeddings"][i]]
-            meta = sorted(got["metadatas"][i].items())
-            digest.update(repr((got["ids"][i], got["documents"][i], meta, vector)).encode())
-    return digest.hexdigest()
+from tests.fakes import SAMPLE_PDF, FakeEmbeddings, long_text, make_pdf, tree_digest
 
 
 class CountingEmbeddings(FakeEmbeddings):

@@ -2,41 +2,14 @@ import itertools
 
 import pytest
 from langchain_core.documents import Document
-from langchain_core.retrievers import BaseRetriever
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
 from hyde_lc.errors import HydeLcError
 from hyde_lc.ingest import ingest_paths, load_document
 from hyde_lc.neighbors import NeighborExpandingRetriever, join_chunks
 from hyde_lc.retriever import HyDERetriever
 from hyde_lc.store import iter_metadatas, open_store
-from tests.unit.test_retriever import RunRecorder, ScriptedChat
-
-
-class FixedHits(BaseRetriever):
-    """Returns the given hits in order (at most k), like a ranked base retriever."""
-
-    hits: list[Document]
-    requests: list[int | None] = Field(default_factory=list)
-
-    def _get_relevant_documents(self, query, *, run_manager, k=None, **kwargs):
-        self.requests.append(k)
-        return self.hits[: k or len(self.hits)]
-
-    async def _aget_relevant_documents(self, query, *, run_manager, k=None, **kwargs):
-        return self.hits[: k or len(self.hits)]
-
-
-def unique_text(tag: str, paragraphs: int) -> str:
-    """Paragraphs of sentences that never repeat (so duplicated text is detectable)."""
-    return "\n\n".join(
-        " ".join(
-            f"In {tag} paragraph {p}, sentence {s} names item {p * 10 + s} and "
-            f"harbour {(p * 7 + s) % 23}."
-            for s in range(4)
-        )
-        for p in range(paragraphs)
-    )
+from tests.fakes import FixedHits, RunRecorder, ScriptedChat, unique_text
 
 
 @pytest.fixture

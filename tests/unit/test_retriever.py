@@ -1,87 +1,17 @@
-import asyncio
-import itertools
 import time
-from typing import Any
-from uuid import UUID
 
 import pytest
 from langchain_community.cache import SQLiteCache
 from langchain_core.caches import InMemoryCache
-from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.globals import set_llm_cache
-from langchain_core.language_models.chat_models import BaseChatModel
-from langchain_core.messages import AIMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
 from hyde_lc.fusion import fuse_mean, reciprocal_rank_fusion
 from hyde_lc.hypotheses import is_refusal, llm_identity
-from hyde_lc.ingest import ingest_paths
 from hyde_lc.local_llm import LocalChatModel
 from hyde_lc.retriever import HyDERetriever
-from hyde_lc.store import open_store
-
-TOPICS = [
-    "Lighthouse lenses bend light into a beam with concentric prisms.",
-    "Keepers trimmed wicks and wound the clockwork every night.",
-    "Automation replaced most keepers by the end of the century.",
-    "GPS made many coastal lights less important for navigation.",
-    "Bees pollinate flowers and make honey in hives.",
-    "Volcanoes erupt when magma rises through the crust.",
-    "The stock market fell sharply in the autumn of that year.",
-    "Sourdough bread rises thanks to wild yeast and bacteria.",
-]
-
-
-class ScriptedChat(BaseChatModel):
-    """Replies from a script (cycled); optional delay, error or refusal."""
-
-    replies: list[str] = Field(
-        default_factory=lambda: ["A passage about lighthouses and their lenses."]
-    )
-    delay: float = 0.0
-    error: bool = False
-    counter: Any = Field(default_factory=itertools.count)
-    log: list[str] = Field(default_factory=list)
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted"
-
-    @property
-    def _identifying_params(self) -> dict[str, Any]:
-        return {"replies": self.replies, "delay": self.delay}
-
-    def _next(self) -> str:
-        self.log.append("call")
-        if self.error:
-            raise RuntimeError("model exploded")
-        return self.replies[next(self.counter) % len(self.replies)]
-
-    def _result(self, text: str) -> ChatResult:
-        msg = AIMessage(
-            content=text, usage_metadata={"input_tokens": 5, "output_tokens": 7, "total_tokens": 12}
-        )
-        return ChatResult(generations=[ChatGeneration(message=msg)])
-
-    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
-        time.sleep(self.delay)
-        return self._result(self._next())
-
-    async def _agenerate(self, messages, stop=None, run_manager=None, **kwargs):
-        await asyncio.sleep(self.delay)
-        return self._result(self._next())
-
-
-@pytest.fixture
-def store(tmp_path, fake_embeddings):
-    folder = tmp_path / "docs"
-    folder.mkdir()
-    for i, text in enumerate(TOPICS):
-        (folder / f"t{i}.txt").write_text(text)
-    st = open_store(tmp_path / "store", embeddings=fake_embeddings)
-    ingest_paths([folder], st, progress=False)
-    return st
+from tests.fakes import TOPICS, RunRecorder, ScriptedChat
+from tests.unit import conftest as unit_conftest
 
 
 def _ids(docs):
@@ -241,22 +171,6 @@ async def test_abatch_and_ainvoke_match_sync(store):
     assert sync == asyn
 
 
-class RunRecorder(BaseCallbackHandler):
-    def __init__(self):
-        self.runs: list[tuple[str, UUID, UUID | None, list[str]]] = []
-
-    def on_retriever_start(self, serialized, query, *, run_id, parent_run_id=None, tags=None, **kw):
-        self.runs.append(("retriever", run_id, parent_run_id, tags or []))
-
-    def on_chat_model_start(
-        self, serialized, messages, *, run_id, parent_run_id=None, tags=None, **kw
-    ):
-        self.runs.append(("llm", run_id, parent_run_id, tags or []))
-
-    def on_chain_start(self, serialized, inputs, *, run_id, parent_run_id=None, tags=None, **kw):
-        self.runs.append((kw.get("name") or "chain", run_id, parent_run_id, tags or []))
-
-
 @pytest.mark.parametrize("use_async", [False, True])
 async def test_child_runs_nest_under_the_retriever(store, use_async):
     recorder = RunRecorder()
@@ -379,3 +293,7 @@ def test_result_exposes_the_searched_vectors(store, fake_embeddings):
         pytest.approx(fake_embeddings.embed_query("q")),
         pytest.approx(fake_embeddings.embed_documents(["h"])[0]),
     ]
+
+
+# Other test modules still import the fixture from here; it lives in tests/unit/conftest.py.
+store = unit_conftest.store

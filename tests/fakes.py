@@ -1,0 +1,322 @@
+"""Fakes and helpers shared by the test suite (fixtures live in the conftest files).
+
+Fake models (``ScriptedChat``, ``WordCountChat``, ``PromptLog``, ``FakeEmbeddings``), a fake
+base retriever (``FixedHits``), a callback that records runs (``RunRecorder``), generators of
+test documents (``make_pdf``, ``long_text``, ``unique_text``, ``TOPICS``), a digest of a
+store's content (``tree_digest``) and real local HTTP endpoints that misbehave
+(``status_server``, ``silent_server``, ``refused_url``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from langchain_core.language_models import FakeListChatModel
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage, get_buffer_string
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.retrievers import BaseRetriever
+from pydantic import Field, PrivateAttr
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE_PDF = ROOT / "hyde_lc" / "sample" / "lighthouses.pdf"
+SHARED = ROOT.parent / "shared"
+
+# -- documents ------------------------------------------------------------------------------
+
+TOPICS = [
+    "Lighthouse lenses bend light into a beam with concentric prisms.",
+    "Keepers trimmed wicks and wound the clockwork every night.",
+    "Automation replaced most keepers by the end of the century.",
+    "GPS made many coastal lights less important for navigation.",
+    "Bees pollinate flowers and make honey in hives.",
+    "Volcanoes erupt when magma rises through the crust.",
+    "The stock market fell sharply in the autumn of that year.",
+    "Sourdough bread rises thanks to wild yeast and bacteria.",
+]
+
+PARAGRAPH = (
+    "The keeper climbed the tower at dusk to light the lamp. {n} He wound the clockwork that "
+    "turned the lens and wrote the weather in the log. Ships passing the reef counted the "
+    "flashes to know which light they saw. "
+)
+
+
+def long_text(n_paragraphs: int, tag: str = "") -> str:
+    """``n_paragraphs`` paragraphs of keeper prose, each numbered (``{tag}{i}.``)."""
+    return "\n\n".join(PARAGRAPH.format(n=f"{tag}{i}.") for i in range(n_paragraphs))
+
+
+def unique_text(tag: str, paragraphs: int) -> str:
+    """Paragraphs of sentences that never repeat (so duplicated text is detectable)."""
+    return "\n\n".join(
+        " ".join(
+            f"In {tag} paragraph {p}, sentence {s} names item {p * 10 + s} and "
+            f"harbour {(p * 7 + s) % 23}."
+            for s in range(4)
+        )
+        for p in range(paragraphs)
+    )
+
+
+def make_pdf(path: Path, pages: list[str]) -> Path:
+    """Write a real PDF (via fpdf2) with one text page per item ('' = blank page)."""
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.set_font("Helvetica", size=11)
+    for text in pages:
+        pdf.add_page()
+        if text:
+            pdf.multi_cell(0, 6, text)
+    pdf.output(str(path))
+    return path
+
+
+def tree_digest(folder: Path) -> str:
+    """Digest of a collection's logical content: ids, texts, metadata, vectors, settings.
+
+    Not of the files' bytes: Chroma rewrites its sqlite file and HNSW headers on every
+    open, even a read-only one, so bytes change although nothing stored did.
+    """
+    import chromadb
+    from chromadb.config import Settings
+
+    client = chromadb.PersistentClient(str(folder), settings=Settings(anonymized_telemetry=False))
+    digest = hashlib.sha256()
+    for collection in sorted(client.list_collections(), key=lambda c: c.name):
+        got = collection.get(include=["documents", "metadatas", "embeddings"])
+        order = sorted(range(len(got["ids"])), key=lambda i: got["ids"][i])
+        digest.update(repr((collection.name, sorted((collection.metadata or {}).items()))).encode())
+        for i in order:
+            vector = [round(float(x), 6) for x in got["embeddings"][i]]
+            meta = sorted(got["metadatas"][i].items())
+            digest.update(repr((got["ids"][i], got["documents"][i], meta, vector)).encode())
+    return digest.hexdigest()
+
+
+# -- models ---------------------------------------------------------------------------------
+
+
+class FakeEmbeddings(DeterministicFakeEmbedding):
+    """Deterministic hash embeddings with a model id, so stores can record it."""
+
+    model_id: str = "fake:hash-32"
+
+
+class ScriptedChat(BaseChatModel):
+    """Replies from a script (cycled); optional delay, error or refusal.
+
+    ``log`` gets one entry per call; ``in_flight``/``max_in_flight`` count calls running at
+    the same time (to check concurrency without timing anything).
+    """
+
+    replies: list[str] = Field(
+        default_factory=lambda: ["A passage about lighthouses and their lenses."]
+    )
+    delay: float = 0.0
+    error: bool = False
+    counter: Any = Field(default_factory=itertools.count)
+    log: list[str] = Field(default_factory=list)
+    in_flight: int = 0
+    max_in_flight: int = 0
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"replies": self.replies, "delay": self.delay}
+
+    def _next(self) -> str:
+        self.log.append("call")
+        if self.error:
+            raise RuntimeError("model exploded")
+        return self.replies[next(self.counter) % len(self.replies)]
+
+    def _result(self, text: str) -> ChatResult:
+        msg = AIMessage(
+            content=text, usage_metadata={"input_tokens": 5, "output_tokens": 7, "total_tokens": 12}
+        )
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+    def _enter(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        self._enter()
+        try:
+            time.sleep(self.delay)
+            return self._result(self._next())
+        finally:
+            self._leave()
+
+    async def _agenerate(self, messages, stop=None, run_manager=None, **kwargs):
+        self._enter()
+        try:
+            await asyncio.sleep(self.delay)
+            return self._result(self._next())
+        finally:
+            self._leave()
+
+
+class WordCountChat(BaseChatModel):
+    """Reports usage as word counts of the prompt and the reply, so stages differ."""
+
+    model_name: str = "word-counter"
+    replies: dict[str, str] = Field(default_factory=dict)
+    prompts: list[str] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "word-count"
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs: Any) -> ChatResult:
+        prompt = get_buffer_string(messages)
+        self.prompts.append(prompt)
+        reply = next((r for key, r in self.replies.items() if key in prompt), "A passage.")
+        usage = {
+            "input_tokens": len(prompt.split()),
+            "output_tokens": len(reply.split()),
+            "total_tokens": len(prompt.split()) + len(reply.split()),
+        }
+        message = AIMessage(
+            content=reply, usage_metadata=usage, response_metadata={"model_name": self.model_name}
+        )
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+class PromptLog(FakeListChatModel):
+    """A fake chat model that keeps every prompt it is sent (as text)."""
+
+    seen: list[str] = Field(default_factory=list)
+
+    def _call(self, messages, stop=None, run_manager=None, **kwargs):
+        self.seen.append("\n".join(m.text for m in messages))
+        return super()._call(messages, stop, run_manager, **kwargs)
+
+
+# -- retrievers and callbacks ---------------------------------------------------------------
+
+
+class FixedHits(BaseRetriever):
+    """Returns the given hits in order (at most k), like a ranked base retriever."""
+
+    hits: list[Document]
+    requests: list[int | None] = Field(default_factory=list)
+
+    def _get_relevant_documents(self, query, *, run_manager, k=None, **kwargs):
+        self.requests.append(k)
+        return self.hits[: k or len(self.hits)]
+
+    async def _aget_relevant_documents(self, query, *, run_manager, k=None, **kwargs):
+        return self.hits[: k or len(self.hits)]
+
+
+class RunRecorder(BaseCallbackHandler):
+    """Records (kind, run id, parent run id, tags) of every retriever, chat model and chain run."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[str, UUID, UUID | None, list[str]]] = []
+
+    def on_retriever_start(self, serialized, query, *, run_id, parent_run_id=None, tags=None, **kw):
+        self.runs.append(("retriever", run_id, parent_run_id, tags or []))
+
+    def on_chat_model_start(
+        self, serialized, messages, *, run_id, parent_run_id=None, tags=None, **kw
+    ):
+        self.runs.append(("llm", run_id, parent_run_id, tags or []))
+
+    def on_chain_start(self, serialized, inputs, *, run_id, parent_run_id=None, tags=None, **kw):
+        self.runs.append((kw.get("name") or "chain", run_id, parent_run_id, tags or []))
+
+
+# -- endpoints ------------------------------------------------------------------------------
+
+
+@contextmanager
+def status_server(status: int, message: str = "stub error") -> Iterator[str]:
+    """An OpenAI-style endpoint answering every POST with ``status``; yields its /v1 URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = json.dumps({"error": {"message": message, "type": "stub"}}).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
+def silent_server() -> Iterator[str]:
+    """An endpoint that accepts connections and never replies; yields its /v1 URL."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in held:
+            conn.close()
+        listener.close()
+
+
+def refused_url() -> str:
+    """A /v1 URL on a local port where nothing listens (connections are refused)."""
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    return f"http://127.0.0.1:{port}/v1"

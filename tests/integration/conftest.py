@@ -1,0 +1,34 @@
+"""Fixtures for integration tests: the bundled sample PDF ingested once with real models."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hyde_lc.ingest import ingest_paths
+from hyde_lc.store import HydeChroma, open_store
+from tests.fakes import SAMPLE_PDF, tree_digest
+
+
+@pytest.fixture(scope="session")
+def sample_store_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A store folder holding hyde_lc/sample/lighthouses.pdf, embedded with local:minilm.
+
+    Built once per test session with the default ingest settings and shared by every test
+    that asks for it: tests read it and never write to it (checked when the session ends).
+    A test that writes makes its own store.
+    """
+    folder = tmp_path_factory.mktemp("sample-store")
+    report = ingest_paths([SAMPLE_PDF], open_store(folder), progress=False)
+    assert [f.status for f in report.files] == ["added"]
+    before = tree_digest(folder)
+    yield folder
+    assert tree_digest(folder) == before, "a test wrote to the shared sample store"
+
+
+@pytest.fixture(scope="session")
+def sample_store(sample_store_dir: Path) -> HydeChroma:
+    """The shared sample store, opened with local:minilm (read it, never write to it)."""
+    return open_store(sample_store_dir)
