@@ -52,7 +52,9 @@ from langchain_core.runnables import (
     Runnable,
     RunnableGenerator,
     RunnableLambda,
+    RunnableParallel,
     RunnablePassthrough,
+    RunnablePick,
 )
 
 from hyde_lc.local_llm import ContextWindowError, LocalChatModel, estimate_tokens
@@ -234,21 +236,41 @@ def fit_context(
 
 
 # -- the chains -----------------------------------------------------------------------
+#
+# The chains are LCEL steps that stream: ``RunnablePassthrough.assign`` passes its input
+# keys on as they arrive and adds its own key when that is computed, and ``pick`` drops
+# the working keys; so the answer's tokens flow out while the sources, which need the
+# whole answer, follow at the end. (A final ``RunnableLambda`` would collect everything
+# first and emit one chunk.)
+
+ANSWER_CHAIN_KEYS = (
+    "question",
+    "documents",
+    "answer",
+    "sources",
+    "context_documents",
+    "dropped_documents",
+    "context_note",
+)
+"""The keys of `build_answer_chain`'s output, in the order they stream."""
+
+_CONTEXT_KEYS = ("answer", "context_documents", "dropped_documents", "context_note")
 
 
-def _fitted(llm: BaseLanguageModel, window: int | None) -> Runnable[dict[str, Any], dict[str, Any]]:
-    def fit(inputs: dict[str, Any]) -> dict[str, Any]:
-        question = clip_query(inputs["question"])[0]
-        fitted = fit_context(inputs["documents"], llm, question=question, context_window=window)
-        return {"question": question, "fit": fitted}
+def _fit(llm: BaseLanguageModel, window: int | None) -> Runnable[dict[str, Any], ContextFit]:
+    def fit(inputs: dict[str, Any]) -> ContextFit:
+        return fit_context(
+            inputs["documents"], llm, question=inputs["question"], context_window=window
+        )
 
     return RunnableLambda(fit, name="fit_context")
 
 
 def _generate(llm: BaseLanguageModel) -> Runnable[dict[str, Any], str]:
+    """From ``{"question", "fit"}`` to the answer's text, streamed, reasoning removed."""
     to_prompt: Runnable[dict[str, Any], dict[str, Any]] = RunnableLambda(
         lambda inputs: {
-            "question": inputs["question"],
+            "question": clip_query(inputs["question"])[0],
             "context": format_context(inputs["fit"].documents),
         },
         name="format_context",
@@ -259,15 +281,34 @@ def _generate(llm: BaseLanguageModel) -> Runnable[dict[str, Any], str]:
     return to_prompt | ANSWER_PROMPT | llm | StrOutputParser() | strip
 
 
+def _answered(
+    llm: BaseLanguageModel, window: int | None
+) -> Runnable[dict[str, Any], dict[str, Any]]:
+    """``{"question", "documents"}`` plus ``fit``, then the streamed ``answer``."""
+    return RunnablePassthrough.assign(fit=_fit(llm, window)) | RunnablePassthrough.assign(
+        answer=_generate(llm)
+    )
+
+
+def _context_report() -> dict[str, Runnable[dict[str, Any], Any]]:
+    """The keys `answer_with_context` adds once the answer is complete."""
+    return {
+        "context_documents": RunnableLambda(lambda out: out["fit"].documents),
+        "dropped_documents": RunnableLambda(lambda out: out["fit"].dropped),
+        "context_note": RunnableLambda(lambda out: out["fit"].note),
+    }
+
+
 def answer_from_documents(
     llm: BaseLanguageModel, *, context_window: int | None = None
 ) -> Runnable[dict[str, Any], str]:
     """A runnable from ``{"question", "documents"}`` to the answer text.
 
     The documents are fitted to the model's window first (`fit_context`); use
-    `answer_with_context` to also get what was left out.
+    `answer_with_context` to also get what was left out. ``stream`` yields the answer's
+    text as the model writes it (reasoning removed).
     """
-    chain = _fitted(llm, context_window) | _generate(llm)
+    chain = RunnablePassthrough.assign(fit=_fit(llm, context_window)) | _generate(llm)
     return chain.with_config(run_name="answer")
 
 
@@ -277,19 +318,13 @@ def answer_with_context(
     """A runnable from ``{"question", "documents"}`` to the answer and its context.
 
     Returns ``{"answer", "context_documents", "dropped_documents", "context_note"}``
-    (see `fit_context`).
+    (see `fit_context`). ``stream`` yields ``{"answer": text}`` chunks as the model
+    writes, then the context keys.
     """
-    unpack: Runnable[dict[str, Any], dict[str, Any]] = RunnableLambda(
-        lambda out: {
-            "answer": out["answer"],
-            "context_documents": out["fit"].documents,
-            "dropped_documents": out["fit"].dropped,
-            "context_note": out["fit"].note,
-        },
-        name="context_report",
-    )
     chain = (
-        _fitted(llm, context_window) | RunnablePassthrough.assign(answer=_generate(llm)) | unpack
+        _answered(llm, context_window)
+        | RunnablePassthrough.assign(**_context_report())
+        | RunnablePick(list(_CONTEXT_KEYS))
     )
     return chain.with_config(run_name="answer")
 
@@ -297,28 +332,33 @@ def answer_with_context(
 def build_answer_chain(
     retriever: BaseRetriever, llm: BaseLanguageModel, *, context_window: int | None = None
 ) -> Runnable[str, dict[str, Any]]:
-    """A runnable from a question to the retrieved passages, the answer and its sources.
+    r"""A runnable from a question to the retrieved passages, the answer and its sources.
 
     Returns ``{"question", "documents", "answer", "sources", "context_documents",
     "dropped_documents", "context_note"}``: ``documents`` are the retrieved passages,
     ``context_documents`` those the answer model was given (see `fit_context`), which
     ``sources`` refers to.
+
+    ``stream``/``astream`` yield dict chunks as they come: ``{"question"}``, then
+    ``{"documents"}`` when retrieval is done, then one ``{"answer": text}`` per piece of
+    the answer as the model writes it (reasoning removed), then ``{"sources"}`` and the
+    context keys once the answer is complete. Adding the chunks up gives ``invoke``'s
+    result.
+
+    Example:
+        >>> for chunk in chain.stream("Who invented the Fresnel lens?"):  # doctest: +SKIP
+        ...     print(chunk.get("answer", ""), end="", flush=True)
+        ...     if "sources" in chunk:
+        ...         print("\nSources:", *chunk["sources"], sep="\n  ")
+
     """
-    add_sources: Runnable[dict[str, Any], dict[str, Any]] = RunnableLambda(
-        lambda out: {
-            "question": out["question"],
-            "documents": out["documents"],
-            **out["answered"],
-            "sources": cited_sources(
-                out["answered"]["answer"], out["answered"]["context_documents"]
-            ),
-        },
-        name="cited_sources",
+    sources: Runnable[dict[str, Any], list[str]] = RunnableLambda(
+        lambda out: cited_sources(out["answer"], out["fit"].documents), name="cited_sources"
     )
-    return (
-        {"question": RunnablePassthrough(), "documents": retriever}
-        | RunnablePassthrough.assign(
-            answered=answer_with_context(llm, context_window=context_window)
-        )
-        | add_sources
-    ).with_config(run_name="hyde_lc.answer_chain")
+    chain = (
+        RunnableParallel(question=RunnablePassthrough(), documents=retriever)
+        | _answered(llm, context_window)
+        | RunnablePassthrough.assign(sources=sources, **_context_report())
+        | RunnablePick(list(ANSWER_CHAIN_KEYS))
+    )
+    return chain.with_config(run_name="hyde_lc.answer_chain")

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langchain_core.caches import BaseCache
-from langchain_core.language_models import BaseLanguageModel
+from langchain_core.language_models import BaseChatModel, BaseLanguageModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, Generation
 from langchain_core.runnables import RunnableConfig
@@ -148,9 +148,17 @@ def is_setup_error(exc: BaseException) -> bool:
 
 
 def _uncached(llm: BaseLanguageModel) -> BaseLanguageModel:
-    if getattr(llm, "cache", None) is False:
-        return llm
-    return llm.model_copy(update={"cache": False})
+    """The LLM without its own cache, and generating without streaming its tokens.
+
+    A passage is used only once complete, and streamed tokens would reach
+    ``astream_events`` consumers as if they were the answer.
+    """
+    update: dict[str, Any] = {}
+    if getattr(llm, "cache", None) is not False:
+        update["cache"] = False
+    if isinstance(llm, BaseChatModel) and llm.disable_streaming is not True:
+        update["disable_streaming"] = True
+    return llm.model_copy(update=update) if update else llm
 
 
 def _text(output: Any) -> str:
