@@ -377,13 +377,13 @@ class NeighborExpandingRetriever(DetailedRetriever):
             id=f"{doc_id}:{metadata['window_start']}-{metadata['window_end']}",
         )
 
-    def _materialise(self, windows: list[Window], hits: list[Document]) -> list[Document]:
+    def _materialise(self, windows: list[Window], hits: list[Document], k: int) -> list[Document]:
         if not windows:
             return []
         chunks = self._fetch(windows)
         if chunks is None:
             return self._bare(
-                hits,
+                hits[:k],
                 f"{type(self.vectorstore).__name__} cannot give neighbours: its chunks lack "
                 "hyde_lc's ids (chunk_size, chunk_overlap, doc_id). Ingest with hyde_lc, or use "
                 "a Chroma collection",
@@ -391,7 +391,7 @@ class NeighborExpandingRetriever(DetailedRetriever):
         conflicts = numbering_conflicts([c for group in chunks.values() for c in group])
         if conflicts:
             return self._bare(
-                hits,
+                hits[:k],
                 f"chunk positions are not unique per document ({', '.join(conflicts[:3])} "
                 "held by several chunks; a loader that numbers each page from 0?), so windows "
                 f"would mix passages. {_HOW}",
@@ -407,7 +407,7 @@ class NeighborExpandingRetriever(DetailedRetriever):
             _WARNED.add(why)
             logger.warning("neighbour expansion returns the hits unexpanded: %s", why)
         out = []
-        for hit in hits[: self.k]:
+        for hit in hits:
             doc = hit.model_copy(deep=True)
             doc.metadata["neighbors_note"] = why
             out.append(doc)
@@ -455,7 +455,7 @@ class NeighborExpandingRetriever(DetailedRetriever):
             hits = list(fetch(request))
             windows = self._enough(hits, request, k)
             if windows is not None:
-                return self._materialise(windows, hits)
+                return self._materialise(windows, hits, k)
             request *= 2
 
     async def agather(
@@ -468,7 +468,7 @@ class NeighborExpandingRetriever(DetailedRetriever):
             hits = list(await fetch(request))
             windows = await run_in_executor(None, self._enough, hits, request, k)
             if windows is not None:
-                return await run_in_executor(None, self._materialise, windows, hits)
+                return await run_in_executor(None, self._materialise, windows, hits, k)
             request *= 2
 
     def _retrieve(
