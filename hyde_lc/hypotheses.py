@@ -352,7 +352,9 @@ def write_hypotheses(
     """
     keys = sample_keys(prompts)
     llm_string = llm_identity(llm)
-    cached = [_cached_text(cache.lookup(k, llm_string)) if cache else None for k in keys]
+    cached = [
+        _cached_text(cache.lookup(k, llm_string)) if cache is not None else None for k in keys
+    ]
     todo: list[str] = [p for p, hit in zip(prompts, cached, strict=True) if hit is None]
     results: list[Any] = []
     if todo:
@@ -382,7 +384,10 @@ async def awrite_hypotheses(
     """Async `write_hypotheses`: the N generations are awaited together."""
     keys = sample_keys(prompts)
     llm_string = llm_identity(llm)
-    cached = [_cached_text(await cache.alookup(k, llm_string)) if cache else None for k in keys]
+    cached = [
+        _cached_text(await cache.alookup(k, llm_string)) if cache is not None else None
+        for k in keys
+    ]
     todo: list[Any] = [p for p, hit in zip(prompts, cached, strict=True) if hit is None]
     results: list[Any] = []
     if todo:
