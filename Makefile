@@ -8,7 +8,7 @@ UV     := $(BIN)/uv
 UV_INSTALL := $(UV) pip install --python $(BIN)/python --no-deps --require-hashes
 QUESTION ?= How did the Fresnel lens change lighthouses?
 
-.PHONY: demo test lint install install-demo lock clean-store
+.PHONY: demo test lint install install-demo lock check-extras clean-store
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,8 +40,16 @@ lint: install
 	$(BIN)/ruff format --check hyde_lc tests scripts benchmarks
 	$(BIN)/mypy hyde_lc
 
+# Every extra, so that CI (and `make install`) has all that any test imports; the pins
+# already in the lock are kept unless an extra needs another version.
+LOCK_EXTRAS := local eval multilingual notebooks peers dev
+
+# Each extra installed alone in a clean venv (held to the lock), then used.
+check-extras: install
+	scripts/check_extras.sh $(EXTRAS)
+
 lock: $(BIN)/python
-	$(UV) pip compile pyproject.toml --extra local --extra eval --extra dev \
+	$(UV) pip compile pyproject.toml $(LOCK_EXTRAS:%=--extra %) \
 		--python-version 3.11 --generate-hashes --no-header -o requirements/lock.txt
 	sed -i '1i # Locked libraries for hyde-lc (all extras). Regenerate with `make lock`.\n# Install: uv pip install --no-deps --require-hashes -r requirements/lock.txt' \
 		requirements/lock.txt

