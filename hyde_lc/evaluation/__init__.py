@@ -1,5 +1,8 @@
 """Evaluation: per-stage usage and cost, Ragas-ready records, runs and comparisons.
 
+The names below are imported on first use, so importing a submodule (or this package)
+does not load Ragas, LangChain or the models until something needs them.
+
 Example:
     >>> from hyde_lc.evaluation import query_for_evaluation, score_records
     >>> record = query_for_evaluation("Who built the Pharos?", mode="hyde")  # doctest: +SKIP
@@ -7,28 +10,58 @@ Example:
 
 """
 
-from hyde_lc.evaluation.compare import ComparisonReport, compare_modes
-from hyde_lc.evaluation.pricing import PricingTable, stage_cost
-from hyde_lc.evaluation.ragas_metrics import (
-    JUDGED_METRICS,
-    OFFLINE_METRICS,
-    mean_scores,
-    score_records,
-)
-from hyde_lc.evaluation.records import (
-    EvaluationPipeline,
-    aquery_for_evaluation,
-    process_hyde_query,
-    query_for_evaluation,
-)
-from hyde_lc.evaluation.runs import (
-    Question,
-    RunSummary,
-    evaluate_questions,
-    read_questions,
-    read_records,
-)
-from hyde_lc.evaluation.usage import StageUsage, UsageRecorder
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hyde_lc.compat import legacy_view, process_hyde_query
+    from hyde_lc.evaluation.compare import ComparisonReport, compare_modes
+    from hyde_lc.evaluation.pricing import PricingTable, stage_cost
+    from hyde_lc.evaluation.ragas_metrics import (
+        JUDGED_METRICS,
+        OFFLINE_METRICS,
+        mean_scores,
+        score_records,
+    )
+    from hyde_lc.evaluation.records import (
+        EvaluationPipeline,
+        aquery_for_evaluation,
+        query_for_evaluation,
+    )
+    from hyde_lc.evaluation.runs import (
+        Question,
+        RunSummary,
+        evaluate_questions,
+        read_questions,
+        read_records,
+    )
+    from hyde_lc.evaluation.usage import StageUsage, UsageRecorder
+
+_EXPORTS = {
+    "JUDGED_METRICS": "hyde_lc.evaluation.ragas_metrics",
+    "OFFLINE_METRICS": "hyde_lc.evaluation.ragas_metrics",
+    "ComparisonReport": "hyde_lc.evaluation.compare",
+    "EvaluationPipeline": "hyde_lc.evaluation.records",
+    "PricingTable": "hyde_lc.evaluation.pricing",
+    "Question": "hyde_lc.evaluation.runs",
+    "RunSummary": "hyde_lc.evaluation.runs",
+    "StageUsage": "hyde_lc.evaluation.usage",
+    "UsageRecorder": "hyde_lc.evaluation.usage",
+    "aquery_for_evaluation": "hyde_lc.evaluation.records",
+    "compare_modes": "hyde_lc.evaluation.compare",
+    "evaluate_questions": "hyde_lc.evaluation.runs",
+    "legacy_view": "hyde_lc.compat",
+    "mean_scores": "hyde_lc.evaluation.ragas_metrics",
+    "process_hyde_query": "hyde_lc.compat",
+    "query_for_evaluation": "hyde_lc.evaluation.records",
+    "read_questions": "hyde_lc.evaluation.runs",
+    "read_records": "hyde_lc.evaluation.runs",
+    "score_records": "hyde_lc.evaluation.ragas_metrics",
+    "stage_cost": "hyde_lc.evaluation.pricing",
+}
+"""Public name -> the module that defines it."""
 
 __all__ = [
     "JUDGED_METRICS",
@@ -43,6 +76,7 @@ __all__ = [
     "aquery_for_evaluation",
     "compare_modes",
     "evaluate_questions",
+    "legacy_view",
     "mean_scores",
     "process_hyde_query",
     "query_for_evaluation",
@@ -51,3 +85,17 @@ __all__ = [
     "score_records",
     "stage_cost",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name from its module on first use (PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hyde_lc.evaluation' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

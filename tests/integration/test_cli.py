@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_ingest import tree_digest
+from tests.fakes import tree_digest
 
 pytestmark = pytest.mark.integration
 HYDE_LC = str(Path(sys.executable).parent / "hyde-lc")
@@ -57,11 +57,12 @@ def test_ask_hyde_json_record(env, ingested):
     out = run(env, "ask", QUESTION, "--json", "--k", "3")
     assert out.returncode == 0, out.stderr
     record = json.loads(out.stdout)
-    assert record["mode"] == "hyde:mean" and record["fallback"] is None
+    assert record["label"] == record["mode"] == "hybrid-hyde" and record["fallback"] is None
+    assert record["lexical"] is True and all(d["found_by"] for d in record["documents"])
     assert len(record["hypotheses"]) == 1 and record["hypotheses"][0]
     assert len(record["documents"]) == 3
     assert all(d["citation"].startswith("lighthouses.pdf, p") for d in record["documents"])
-    assert record["answer"]
+    assert record["answer"] and "context_note" in record and "dropped_documents" in record
     assert record["sources"] or "enough information" in record["answer"].lower()
     assert all("lighthouses.pdf, p" in source for source in record["sources"])
     assert {"hypothesis_s", "embedding_s", "search_s", "answer_s", "total_s"} <= set(
@@ -73,7 +74,10 @@ def test_ask_hyde_json_record(env, ingested):
 def test_ask_standard_mode(env, ingested):
     out = run(env, "ask", QUESTION, "--mode", "standard", "--json", "--no-answer")
     record = json.loads(out.stdout)
-    assert record["mode"] == "standard" and record["hypotheses"] == []
+    assert record["label"] == "hybrid" and record["hypotheses"] == []
+    dense = run(env, "ask", QUESTION, "--mode", "standard", "--lexical", "off", "--json",
+                "--no-answer")  # fmt: skip
+    assert json.loads(dense.stdout)["label"] == "standard"
     assert record["answer"] is None and record["models"]["hypothesis_llm"] is None
     assert record["documents"][0]["page"] == 1
 
@@ -89,7 +93,9 @@ def test_ask_text_output_shows_every_stage(env, ingested):
         "--- Timings",
     ):
         assert heading in out.stdout
-    assert "Mode: hyde:rrf" in out.stdout
+    assert "Mode: hybrid-hyde(fusion=rrf,n=2)" in out.stdout
+    assert out.stdout.index("Hypothetical document 1") < out.stdout.index("--- Answer")
+    assert "found by " in out.stdout
 
 
 def test_ask_with_windows_and_settings(env, ingested):
@@ -261,6 +267,13 @@ def test_the_largest_k_and_hypothesis_count_are_accepted(env, ingested):
     assert len(record["documents"]) == json.loads(run(env, "info", "--json").stdout)["chunks"]
     help_text = run(env, "ask", "--help").stdout
     assert "1 to 10000" in help_text and "1 to 64" in help_text
+
+
+def test_help_through_the_console_script_and_python_m(env):
+    for command in ([HYDE_LC, "--help"], [sys.executable, "-m", "hyde_lc.cli", "ask", "--help"]):
+        out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert "usage: hyde-lc" in out.stdout
 
 
 def run_into_closed_pipe(env, *args):

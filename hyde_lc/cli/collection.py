@@ -1,0 +1,163 @@
+"""``hyde-lc ingest`` and ``hyde-lc info``: fill a collection and describe it.
+
+Example:
+    $ hyde-lc ingest --sample
+    $ hyde-lc ingest docs/ notes.md --chunk-size 800 --json
+    $ hyde-lc info
+
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from hyde_lc.cli.options import (
+    add_store_options,
+    non_negative_int,
+    open_collection,
+    positive_float,
+    positive_int,
+)
+from hyde_lc.cli.render import info_lines, ingest_lines, json_text, shown_line
+from hyde_lc.errors import HydeLcError
+
+SAMPLE_LANGUAGES = ("en", "zh")
+"""`hyde_lc.samples.SAMPLE_LANGUAGES` (kept here: the parser does not import the library)."""
+UNDONE_STATUSES = ("empty", "skipped")
+"""File statuses that leave work undone: the command ingests the rest, then exits 1."""
+
+
+def _sample_language(text: str) -> str:
+    if text not in SAMPLE_LANGUAGES:
+        raise argparse.ArgumentTypeError(
+            f"expected a sample language ({', '.join(SAMPLE_LANGUAGES)}), got {text!r}; "
+            "put files and folders before --sample"
+        )
+    return text
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    """``hyde-lc ingest``: files, folders or a bundled sample into the collection.
+
+    Returns 1 (after ingesting the rest) when a file had no text to index or something
+    inside a folder was passed over.
+    """
+    from hyde_lc.endpoint_errors import endpoint_errors
+    from hyde_lc.ingest import MAX_FILE_BYTES, check_file_size, discover_files, ingest_paths
+    from hyde_lc.samples import sample_files
+    from hyde_lc.store import visible_count
+
+    paths = [*args.paths, *(sample_files(args.sample) if args.sample else [])]
+    if not paths:
+        raise HydeLcError("nothing to ingest: give files or folders, or --sample")
+    if args.chunk_overlap >= args.chunk_size:
+        raise HydeLcError(
+            f"--chunk-overlap ({args.chunk_overlap}) must be smaller than --chunk-size "
+            f"({args.chunk_size})"
+        )
+    max_bytes = MAX_FILE_BYTES if args.max_file_mb is None else int(args.max_file_mb * 2**20)
+    # Paths are checked before the store is opened: a typo creates no store.
+    for path in discover_files(paths):
+        check_file_size(path, max_bytes)
+    store = open_collection(args, must_exist=False)
+    start = time.perf_counter()
+    with endpoint_errors(store.embeddings, role="embedding"):
+        report = ingest_paths(
+            paths,
+            store,
+            chunk_size=args.chunk_size,
+            chunk_overlap=args.chunk_overlap,
+            progress=not args.json,
+            max_file_bytes=max_bytes,
+        )
+    elapsed = time.perf_counter() - start
+    chunks = visible_count(store)
+    if args.json:
+        print(
+            json_text(
+                {
+                    "files": [vars(f) for f in report.files],
+                    "chunks": chunks,
+                    "seconds": round(elapsed, 3),
+                }
+            )
+        )
+    else:
+        print("\n".join(ingest_lines(report.files)))
+        print(f"done in {elapsed:.1f} s; the collection holds {chunks} chunks")
+    return _undone(report.files)
+
+
+def _undone(files: list[Any]) -> int:
+    """1 (with a line on stderr per kind) if a file stored nothing, else 0."""
+    code = 0
+    empty = [f.source for f in files if f.status == "empty"]
+    if empty:
+        print(
+            f"hyde-lc: {len(empty)} file(s) had no text to index, so nothing is stored for "
+            f"them (see their notes): {shown_line(', '.join(empty))}",
+            file=sys.stderr,
+        )
+        code = 1
+    skipped = [f.source for f in files if f.status == "skipped"]
+    if skipped:
+        print(
+            f"hyde-lc: {len(skipped)} item(s) inside the folders were passed over (see their "
+            f"notes): {shown_line(', '.join(skipped))}",
+            file=sys.stderr,
+        )
+        code = 1
+    return code
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    """``hyde-lc info``: chunks, documents (and incomplete ones), embedding model."""
+    from hyde_lc.store import StoreLocation, collection_info
+
+    info = collection_info(open_collection(args, must_exist=True))
+    info["location"] = StoreLocation.resolve(
+        args.store, args.chroma_url, args.collection
+    ).describe()
+    print(json_text(info) if args.json else "\n".join(info_lines(info)))
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    """Register ``ingest`` and ``info`` on the ``hyde-lc`` subparsers."""
+    ingest = sub.add_parser(
+        "ingest",
+        help="ingest PDF, .txt and .md files into the collection",
+        description="Ingest PDF, .txt and .md files (folders recurse) into the collection. "
+        "Unchanged files are skipped, changed ones replaced. Exits 1 after ingesting the "
+        "rest when a file had no text to index (a scanned PDF: run OCR first) or something "
+        "inside a folder was passed over (unreadable, not a regular file).",
+    )
+    ingest.add_argument("paths", nargs="*", help="files or folders (folders recurse)")
+    ingest.add_argument(
+        "--sample",
+        nargs="?",
+        const="en",
+        type=_sample_language,
+        metavar="{" + ",".join(SAMPLE_LANGUAGES) + "}",
+        help="also ingest the bundled sample document: en (default) or zh",
+    )
+    ingest.add_argument("--chunk-size", type=positive_int, default=1000)
+    ingest.add_argument("--chunk-overlap", type=non_negative_int, default=200)
+    ingest.add_argument(
+        "--max-file-mb",
+        type=positive_float,
+        help="refuse files larger than this many MB (default: 512)",
+    )
+    ingest.add_argument("--json", action="store_true", help="print one JSON record")
+    add_store_options(ingest)
+    ingest.set_defaults(func=cmd_ingest)
+
+    info = sub.add_parser(
+        "info", help="facts about the collection", description="Chunks, documents, model."
+    )
+    info.add_argument("--json", action="store_true", help="print one JSON record")
+    add_store_options(info)
+    info.set_defaults(func=cmd_info)
