@@ -1,11 +1,23 @@
-"""Retrieval quality of standard and HyDE modes on a BEIR dataset.
+"""Retrieval quality of retriever configurations on a BEIR dataset.
 
-Every mode runs through `HyDERetriever` itself (the code users run), over an exact
-cosine index of the corpus. Hypotheses are cached on disk (SQLite, keyed per prompt and
-sample), so a rerun, or a new fusion mode over the same prompts, writes none again; a
-mode with n = 4 reuses n = 1's first sample. Metrics come from ir-measures (nDCG@10,
-Recall@100, MRR@10); each mode's nDCG@10 is compared with standard retrieval by a paired
-bootstrap over queries.
+A configuration (`BenchMode`) is a set of `HyDERetriever` fields, named by the same label
+everything else uses (`hyde_lc.retriever.configuration_label`): ``standard``, ``hybrid``,
+``hyde``, ``hybrid-hyde``, with non-default settings in parentheses. Every configuration
+runs through `HyDERetriever` itself (the code users run) over an exact cosine index of
+the corpus (`ExactIndex`), with the lexical side a BM25 index of the same texts
+(``title + " " + text``; `hyde_lc.lexical.LexicalSearch.from_documents`).
+
+What runs: the no-LLM baselines always (``standard``: dense; ``bm25``: the lexical list
+alone, a bench-only configuration; ``hybrid``: both, fused) since every row is compared
+with them, then the package's default configuration (``HyDERetriever()``'s defaults,
+marked ``default`` in the results) unless a selection leaves it out, then any HyDE
+variants asked for (`select_modes`). Hypotheses are cached on disk
+(`hyde_lc.hypothesis_cache.HypothesisCache`, keyed per prompt and sample; it also reads
+the committed ``SQLiteCache`` files, as data, never by unpickling), so a rerun, or a new
+fusion over the same prompts, writes none again; a configuration with n = 4 reuses
+n = 1's first sample. Metrics come from ir-measures (nDCG@10, Recall@100, MRR@10); each
+row's nDCG@10 is compared by a paired bootstrap over queries with the dense baseline and
+with the best no-LLM row.
 
 Example:
     >>> from hyde_lc.bench import run_benchmark
@@ -23,11 +35,12 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import date
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from langchain_core.documents import Document
@@ -36,7 +49,8 @@ from langchain_core.vectorstores import VectorStore
 from tqdm.auto import tqdm
 
 from hyde_lc.bench.beir import BeirDataset, load_beir
-from hyde_lc.errors import MissingDependencyError
+from hyde_lc.errors import InvalidSettingError, MissingDependencyError
+from hyde_lc.lexical import LexicalSearch
 from hyde_lc.models import (
     embedding_model_id,
     llm_model_name,
@@ -44,17 +58,21 @@ from hyde_lc.models import (
     load_llm,
     resolve_llm_spec,
 )
-from hyde_lc.retriever import Fusion, HyDERetriever
+from hyde_lc.retriever import HyDERetriever, configuration_label
 from hyde_lc.weights import cache_dir
 
 DEPTH = 100
+"""Documents ranked per query (the depth of Recall@100), and candidates per list."""
 
 
 class ExactIndex(VectorStore):
     """Exact cosine search over an in-memory matrix of unit vectors (read-only).
 
     Hand-written because LangChain's ``InMemoryVectorStore`` rebuilds its matrix on every
-    query (~50 ms on 5k documents), and a benchmark runs thousands of searches.
+    query (~50 ms on 5k documents), and a benchmark runs thousands of searches. It returns
+    cosine scores (``similarity_search_with_score_by_vector``) so hybrid search fuses the
+    scores, as it does over Chroma, and reads documents back by id (``get_by_ids``) for the
+    hits only the lexical list found.
 
     Example:
         >>> index = ExactIndex(["a", "b"], np.eye(2, dtype=np.float32), embeddings=None)
@@ -63,30 +81,60 @@ class ExactIndex(VectorStore):
 
     """
 
-    def __init__(self, ids: Sequence[str], matrix: np.ndarray, embeddings: Embeddings | None):
+    def __init__(
+        self,
+        ids: Sequence[str],
+        matrix: np.ndarray,
+        embeddings: Embeddings | None,
+        texts: Mapping[str, str] | None = None,
+    ):
         self.ids = list(ids)
         self.matrix = matrix
         self._embeddings = embeddings
+        self.texts = dict(texts or {})
+        self._position = {doc_id: i for i, doc_id in enumerate(self.ids)}
 
     @property
     def embeddings(self) -> Embeddings | None:
         """The model that embedded the corpus."""
         return self._embeddings
 
+    def _document(self, i: int, score: float | None = None) -> Document:
+        doc_id = self.ids[i]
+        metadata = {} if score is None else {"score": score}
+        return Document(self.texts.get(doc_id, ""), id=doc_id, metadata=metadata)
+
+    def _top(self, embedding: Sequence[float], k: int) -> list[tuple[int, float]]:
+        query = np.asarray(embedding, dtype=np.float32)
+        scores = self.matrix @ (query / max(float(np.linalg.norm(query)), 1e-12))
+        k = min(k, len(scores))
+        top = np.argpartition(-scores, k - 1)[:k]
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return [(int(i), float(scores[i])) for i in top]
+
+    def similarity_search_with_score_by_vector(
+        self, embedding: list[float], k: int = 4, **kwargs: Any
+    ) -> list[tuple[Document, float]]:
+        """The ``k`` nearest documents with their cosine similarity."""
+        return [(self._document(i), score) for i, score in self._top(embedding, k)]
+
     def similarity_search_by_vector(
         self, embedding: list[float], k: int = 4, **kwargs: Any
     ) -> list[Document]:
         """The ``k`` nearest documents; ``metadata["score"]`` is the cosine similarity."""
-        query = np.asarray(embedding, dtype=np.float32)
-        scores = self.matrix @ (query / max(float(np.linalg.norm(query)), 1e-12))
-        top = np.argpartition(-scores, min(k, len(scores) - 1))[:k]
-        top = top[np.argsort(-scores[top], kind="stable")]
-        return [Document("", id=self.ids[i], metadata={"score": float(scores[i])}) for i in top]
+        return [self._document(i, score) for i, score in self._top(embedding, k)]
+
+    def _select_relevance_score_fn(self) -> Callable[[float], float]:
+        return lambda score: score  # cosine similarity is already a relevance
 
     def similarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[Document]:
         """Embed ``query`` and search."""
         assert self._embeddings is not None
         return self.similarity_search_by_vector(self._embeddings.embed_query(query), k)
+
+    def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
+        """The documents with these ids (unknown ids are skipped)."""
+        return [self._document(self._position[i]) for i in ids if i in self._position]
 
     def add_texts(self, texts: Iterable[str], metadatas: Any = None, **kwargs: Any) -> list[str]:
         """Not supported: the index is built once from a corpus."""
@@ -98,7 +146,8 @@ class ExactIndex(VectorStore):
     ) -> ExactIndex:
         """Embed texts (ids: their positions) into a new index."""
         vectors = np.asarray(embedding.embed_documents(list(texts)), dtype=np.float32)
-        return cls([str(i) for i in range(len(texts))], vectors, embedding)
+        ids = [str(i) for i in range(len(texts))]
+        return cls(ids, vectors, embedding, dict(zip(ids, texts, strict=True)))
 
 
 def corpus_index(data: BeirDataset, embeddings: Embeddings, batch: int = 64) -> ExactIndex:
@@ -107,7 +156,7 @@ def corpus_index(data: BeirDataset, embeddings: Embeddings, batch: int = 64) -> 
     path = cache_dir() / "bench" / f"{data.name}-{data.fingerprint()}-{model}.npy"
     ids = sorted(data.corpus)
     if path.is_file():
-        return ExactIndex(ids, np.load(path), embeddings)
+        return ExactIndex(ids, np.load(path), embeddings, data.corpus)
     rows = []
     for start in tqdm(range(0, len(ids), batch), desc=f"embedding {data.name}", unit="batch"):
         rows.extend(
@@ -118,84 +167,292 @@ def corpus_index(data: BeirDataset, embeddings: Embeddings, batch: int = 64) -> 
     tmp = path.with_suffix(".tmp.npy")
     np.save(tmp, matrix)
     os.replace(tmp, path)
-    return ExactIndex(ids, matrix, embeddings)
+    return ExactIndex(ids, matrix, embeddings, data.corpus)
 
 
-@dataclass(frozen=True)
+def corpus_lexical(index: ExactIndex, data: BeirDataset) -> LexicalSearch:
+    """A BM25 index of the corpus texts the dense index embedded, by the same ids."""
+    return LexicalSearch.from_documents(
+        index, (Document(text, id=doc_id) for doc_id, text in data.corpus.items())
+    )
+
+
+# -- configurations ----------------------------------------------------------------------
+
+_BENCH_SETS = frozenset({"k", "rrf_candidates", "timeout", "hypothesis_cache"})
+"""Fields the bench sets itself: the depth of every ranking, no timeout, its cache."""
+_OBJECTS = frozenset({"vectorstore", "hypothesis_llm", "embeddings", "name", "tags", "metadata"})
+
+
+@dataclass(frozen=True, eq=True)
 class BenchMode:
-    """One retrieval configuration to measure."""
+    """One retrieval configuration to measure: `HyDERetriever` fields, and its name.
 
-    n_hypotheses: int = 0
-    fusion: Fusion = "mean"
-    include_query: bool = True
-    prompt: str = "scifact"
-    query_weight: float | None = None
-    min_similarity: float | None = None
+    ``fields`` are set on the retriever (``n_hypotheses``, ``fusion``, ``query_weight``,
+    ``lexical`` as ``"off"`` or ``"auto"``, ``dense_weight``, ...); every other field
+    keeps the package default, so ``BenchMode()`` is the package's default configuration.
+    The name is the configuration's label unless ``name`` is given (bench-only
+    configurations, such as ``bm25``).
+
+    Example:
+        >>> BenchMode().label, BenchMode({"n_hypotheses": 0, "lexical": "off"}).label
+        ('hybrid-hyde', 'standard')
+        >>> BenchMode({"n_hypotheses": 4, "fusion": "rrf", "lexical": "off"}).label
+        'hyde(fusion=rrf,n=4)'
+
+    """
+
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        known = set(HyDERetriever.model_fields) - _OBJECTS - _BENCH_SETS
+        unknown = sorted(set(self.fields) - known)
+        if unknown:
+            raise InvalidSettingError(
+                f"unknown retriever field(s) {', '.join(unknown)} in a bench configuration: "
+                f"choose from {', '.join(sorted(known))}"
+            )
+        lexical = self.fields.get("lexical", "auto")
+        if lexical not in ("auto", "off"):
+            raise InvalidSettingError(
+                f"a bench configuration's lexical is 'auto' (the corpus' BM25 index) or "
+                f"'off', got {lexical!r}"
+            )
+        self.label  # noqa: B018  (the retriever checks every value now)
+
+    def __hash__(self) -> int:
+        return hash((self.name, json.dumps(dict(self.fields), sort_keys=True, default=str)))
 
     @property
-    def kind(self) -> str:
-        """The fusion's label alone: ``standard``, ``mean+q``, ``mean (hyp only)``, ..."""
-        if self.n_hypotheses == 0:
-            return "standard"
-        return {"mean": "mean+q" if self.include_query else "mean (hyp only)"}.get(
-            self.fusion, self.fusion + ("" if self.include_query else " (hyp only)")
+    def n_hypotheses(self) -> int:
+        """Hypotheses per query (0: no LLM)."""
+        default = HyDERetriever.model_fields["n_hypotheses"].default
+        return int(self.fields.get("n_hypotheses", default))
+
+    @property
+    def is_default(self) -> bool:
+        """Whether this is the package's default configuration."""
+        return not self.fields and self.name is None
+
+    @property
+    def label(self) -> str:
+        """The configuration's name in the results (`configuration_label`, or ``name``)."""
+        return self.name or _label(json.dumps(dict(self.fields), sort_keys=True, default=str))
+
+    def retriever(
+        self,
+        index: VectorStore,
+        lexical: LexicalSearch,
+        llm: Any = None,
+        cache: Any = None,
+    ) -> HyDERetriever:
+        """The configuration as a retriever over ``index`` (``lexical``: its BM25 side)."""
+        fields = dict(self.fields)
+        side: LexicalSearch | Literal["off"] = (
+            lexical if fields.pop("lexical", "auto") == "auto" else "off"
+        )
+        return HyDERetriever(
+            vectorstore=index,
+            hypothesis_llm=llm if self.n_hypotheses else None,
+            k=DEPTH,
+            rrf_candidates=DEPTH,
+            timeout=None,
+            hypothesis_cache=cache,
+            lexical=side,
+            **fields,
         )
 
-    @property
-    def name(self) -> str:
-        """Short label, e.g. ``mean+q n=4 scifact``, ``rrf w=0.7 gate=0.5 n=4 scifact``."""
-        if self.n_hypotheses == 0:
-            return "standard"
-        weight = "" if self.query_weight is None else f" w={self.query_weight:g}"
-        gate = "" if self.min_similarity is None else f" gate={self.min_similarity:g}"
-        return f"{self.kind}{weight}{gate} n={self.n_hypotheses} {self.prompt}"
+
+@lru_cache(maxsize=256)
+def _label(fields_json: str) -> str:
+    """The label of a configuration, from a retriever built over a stand-in index."""
+    from langchain_core.language_models import FakeListChatModel
+
+    fields = json.loads(fields_json)
+    index = ExactIndex(["x"], np.ones((1, 2), dtype=np.float32), None)
+    lexical = LexicalSearch.from_documents(index, [Document("x", id="x")])
+    n = fields.get("n_hypotheses", HyDERetriever.model_fields["n_hypotheses"].default)
+    side: LexicalSearch | Literal["off"] = (
+        lexical if fields.pop("lexical", "auto") == "auto" else "off"
+    )
+    retriever = HyDERetriever(
+        vectorstore=index,
+        embeddings=_StandIn(),
+        hypothesis_llm=FakeListChatModel(responses=["x"]) if n else None,
+        lexical=side,
+        **fields,
+    )
+    return configuration_label(retriever)
 
 
-def default_modes(
+class _StandIn(Embeddings):
+    """Embeddings for the label probe (never called)."""
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [[1.0, 0.0] for _ in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return [1.0, 0.0]
+
+
+STANDARD = BenchMode({"n_hypotheses": 0, "lexical": "off"})
+BM25 = BenchMode({"n_hypotheses": 0, "dense_weight": 0.0, "hybrid_fusion": "rrf"}, name="bm25")
+"""The lexical list alone: dense weight 0 under rank fusion ranks every BM25 hit by its
+BM25 rank, above every hit only the dense list found (a bench-only configuration)."""
+HYBRID = BenchMode({"n_hypotheses": 0})
+DEFAULT = BenchMode()
+BASELINES = (STANDARD, BM25, HYBRID)
+
+VARIANT_KINDS = ("mean+q", "mean (hyp only)", "concat", "rrf")
+"""HyDE variants `hyde_variants` can add, by their dense fusion."""
+MODE_KINDS = ("standard", "bm25", "hybrid", "default", *VARIANT_KINDS)
+"""What ``hyde-lc bench --modes`` selects (the no-LLM baselines run in any case)."""
+_VARIANT_FIELDS: dict[str, dict[str, Any]] = {
+    "mean+q": {"fusion": "mean"},
+    "mean (hyp only)": {"fusion": "mean", "include_query": False},
+    "concat": {"fusion": "concat"},
+    "rrf": {"fusion": "rrf"},
+}
+
+
+def default_modes() -> list[BenchMode]:
+    """The no-LLM baselines, then the package's default configuration."""
+    return [*BASELINES, DEFAULT]
+
+
+def hyde_variants(
+    kinds: Sequence[str] = VARIANT_KINDS,
     ns: Sequence[int] = (1, 4),
     prompts: Sequence[str] = ("scifact", "generic"),
     query_weights: Sequence[float] = (),
     gates: Sequence[float] = (),
+    lexical: Sequence[str] = ("off",),
 ) -> list[BenchMode]:
-    """Standard, then per prompt and n: mean with and without the query, concat, rrf.
+    """HyDE configurations: per lexical side, prompt and n, each kind of dense fusion.
 
-    Each of ``query_weights`` adds mean and rrf with that weight as the query's share;
-    each of ``gates`` adds mean+q (paper weighting and each query weight) keeping only
-    hypotheses at least that similar to the query (adaptive HyDE).
+    Unset fields keep the package defaults (query weight 0.8 where the query is fused);
+    each of ``query_weights`` adds mean+q and rrf with that weight; each of ``gates`` adds
+    mean+q (default and each query weight) keeping only hypotheses at least that similar
+    to the query (adaptive HyDE). ``lexical``: ``off`` (dense HyDE, as in the paper) and/or
+    ``auto`` (hybrid HyDE over the corpus' BM25 index).
     """
-    modes = [BenchMode()]
-    for prompt in prompts:
-        for n in sorted(ns, reverse=True):  # the largest n first: its samples serve the rest
-            modes += [
-                BenchMode(n, "mean", True, prompt),
-                BenchMode(n, "mean", False, prompt),
-                BenchMode(n, "concat", True, prompt),
-                BenchMode(n, "rrf", True, prompt),
-            ]
-            for weight in query_weights:
-                modes += [
-                    BenchMode(n, "mean", True, prompt, weight),
-                    BenchMode(n, "rrf", True, prompt, weight),
-                ]
-            for gate in gates:
-                modes += [
-                    BenchMode(n, "mean", True, prompt, weight, gate)
-                    for weight in (None, *query_weights)
-                ]
-    return modes
+    unknown = sorted(set(kinds) - set(VARIANT_KINDS))
+    if unknown:
+        raise InvalidSettingError(
+            f"unknown HyDE variant(s) {', '.join(unknown)}: choose from {', '.join(VARIANT_KINDS)}"
+        )
+    modes: list[BenchMode] = []
+    for side in lexical:
+        for prompt in prompts:
+            for n in sorted(ns, reverse=True):  # the largest n first: its samples serve the rest
+                base = {"n_hypotheses": n, "prompt": prompt, "lexical": side}
+                modes += [BenchMode({**base, **_VARIANT_FIELDS[kind]}) for kind in kinds]
+                for weight in query_weights:
+                    modes += [
+                        BenchMode({**base, **_VARIANT_FIELDS[kind], "query_weight": weight})
+                        for kind in ("mean+q", "rrf")
+                        if kind in kinds
+                    ]
+                if "mean+q" in kinds:
+                    for gate in gates:
+                        modes += [
+                            BenchMode({**base, "min_hypothesis_similarity": gate, **weighting})
+                            for weighting in ({}, *({"query_weight": w} for w in query_weights))
+                        ]
+    return unique(modes)
+
+
+def unique(modes: Iterable[BenchMode]) -> list[BenchMode]:
+    """The first of each label: two configurations of one label are one retriever."""
+    first: dict[str, BenchMode] = {}
+    for mode in modes:
+        first.setdefault(mode.label, mode)
+    return list(first.values())
+
+
+def select_modes(
+    kinds: Sequence[str] | None = None,
+    ns: Sequence[int] | None = None,
+    prompts: Sequence[str] | None = None,
+    query_weights: Sequence[float] = (),
+    gates: Sequence[float] = (),
+    lexical: Sequence[str] | None = None,
+) -> list[BenchMode]:
+    """The configurations a bench run measures, from ``hyde-lc bench``'s options.
+
+    With no option: `default_modes`. ``kinds`` (of `MODE_KINDS`) picks the default
+    configuration (``default``) and the HyDE variants (``mean+q``...); the others
+    (``ns``, ``prompts``, ``query_weights``, ``gates``, ``lexical``) shape the variants,
+    and given without ``kinds`` they add every kind of variant next to the default. The
+    no-LLM baselines always run: every row is compared with them.
+    """
+    unknown = sorted(set(kinds or ()) - set(MODE_KINDS))
+    if unknown:
+        raise InvalidSettingError(
+            f"unknown configuration(s) {', '.join(unknown)}: choose from {', '.join(MODE_KINDS)}"
+        )
+    shaping = any((ns, prompts, query_weights, gates, lexical))
+    if kinds is None:
+        kinds = ("default", *(VARIANT_KINDS if shaping else ()))
+    variants = [k for k in kinds if k in VARIANT_KINDS]
+    modes = [*BASELINES, *([DEFAULT] if "default" in kinds else [])]
+    if variants:
+        modes += hyde_variants(
+            variants,
+            ns or (1, 4),
+            prompts or ("scifact", "generic"),
+            query_weights,
+            gates,
+            lexical or ("off",),
+        )
+    return unique(modes)
+
+
+# -- results -----------------------------------------------------------------------------
+
+
+@dataclass
+class Comparison:
+    """A row's nDCG@10 against a reference row: mean difference and its 95% interval."""
+
+    reference: str
+    delta: float
+    ci: tuple[float, float]
+
+    def cell(self) -> str:
+        """``+1.1 [+0.3, +2.0]`` (points of nDCG@10 x 100)."""
+        low, high = self.ci
+        return f"{100 * self.delta:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]"
 
 
 @dataclass
 class ModeResult:
-    """Aggregate and per-query figures of one mode."""
+    """Aggregate and per-query figures of one configuration."""
 
     mode: BenchMode
     metrics: dict[str, float]
     per_query_ndcg: dict[str, float]
     fallbacks: int = 0
     hypothesis_seconds: list[float] = field(default_factory=list)
-    delta_ndcg: float | None = None
-    delta_ci: tuple[float, float] | None = None
+    vs_dense: Comparison | None = None
+    """Against the dense baseline (``standard``)."""
+    vs_best_no_llm: Comparison | None = None
+    """Against the best configuration that uses no LLM."""
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (configuration, metrics, comparisons, per-query nDCG@10)."""
+        return {
+            "label": self.mode.label,
+            "configuration": dict(self.mode.fields),
+            "default": self.mode.is_default,
+            "metrics": self.metrics,
+            "vs_dense": None if self.vs_dense is None else vars(self.vs_dense),
+            "vs_best_no_llm": None if self.vs_best_no_llm is None else vars(self.vs_best_no_llm),
+            "fallbacks": self.fallbacks,
+            "hypothesis_seconds": self.hypothesis_seconds,
+            "per_query_ndcg": self.per_query_ndcg,
+        }
 
 
 @dataclass
@@ -208,59 +465,56 @@ class BenchReport:
     def markdown(self) -> str:
         """The results as a Markdown table (metrics x 100, as papers report them)."""
         lines = [
-            "| mode | nDCG@10 | Recall@100 | MRR@10 | vs standard (95% CI) | fallbacks "
-            "| hypothesis s (median) |",
-            "|---|---|---|---|---|---|---|",
+            "| configuration | nDCG@10 | Recall@100 | MRR@10 | vs dense (95% CI) "
+            "| vs best no-LLM (95% CI) | fallbacks | hypothesis s (median) |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for r in self.results:
-            delta = ""
-            if r.delta_ndcg is not None and r.delta_ci is not None:
-                low, high = r.delta_ci
-                delta = f"{100 * r.delta_ndcg:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]"
             seconds = (
                 f"{statistics.median(r.hypothesis_seconds):.1f}" if r.hypothesis_seconds else ""
             )
+            name = f"**{r.mode.label}** (default)" if r.mode.is_default else r.mode.label
             lines.append(
-                f"| {r.mode.name} | {100 * r.metrics['nDCG@10']:.1f} "
-                f"| {100 * r.metrics['R@100']:.1f} | {100 * r.metrics['RR@10']:.1f} | {delta} "
+                f"| {name} | {100 * r.metrics['nDCG@10']:.1f} "
+                f"| {100 * r.metrics['R@100']:.1f} | {100 * r.metrics['RR@10']:.1f} "
+                f"| {r.vs_dense.cell() if r.vs_dense else ''} "
+                f"| {r.vs_best_no_llm.cell() if r.vs_best_no_llm else ''} "
                 f"| {r.fallbacks if r.mode.n_hypotheses else ''} | {seconds} |"
             )
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict, per-query nDCG@10 included."""
-        return {
-            "meta": self.meta,
-            "results": [
-                {**asdict(r), "mode": {**asdict(r.mode), "name": r.mode.name}} for r in self.results
-            ],
-        }
+        return {"meta": self.meta, "results": [r.to_json() for r in self.results]}
 
     def plot(self, path: Path) -> Path:
-        """A bar chart of nDCG@10 per mode, as PNG."""
-        try:
-            import matplotlib
+        """A bar chart of nDCG@10 per configuration, as PNG.
 
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
+        Drawn on a `matplotlib.figure.Figure` of its own (no pyplot): no backend is chosen
+        or changed, and nothing is left open in a notebook's figure manager.
+        """
+        try:
+            from matplotlib.figure import Figure
         except ImportError as exc:
             raise MissingDependencyError("plots", 'pip install "hyde-lc[eval]"') from exc
-        names = [r.mode.name for r in self.results]
-        values = [100 * r.metrics["nDCG@10"] for r in self.results]
-        fig, ax = plt.subplots(figsize=(8, 0.35 * len(names) + 1.2))
-        ax.barh(
-            names[::-1],
-            values[::-1],
-            color=["#888" if n == "standard" else "#3a7" for n in names[::-1]],
-        )
-        ax.axvline(values[0], color="#444", linestyle="--", linewidth=1)
-        ax.set_xlabel("nDCG@10 (x100)")
+        names = [r.mode.label for r in self.results][::-1]
+        values = [100 * r.metrics["nDCG@10"] for r in self.results][::-1]
+        colours = [
+            "#d62" if r.mode.is_default else "#888" if not r.mode.n_hypotheses else "#3a7"
+            for r in self.results
+        ][::-1]
+        fig = Figure(figsize=(8, 0.35 * len(names) + 1.2))
+        ax = fig.subplots()
+        ax.barh(names, values, color=colours)
+        dense = next((r for r in self.results if r.mode == STANDARD), None)
+        if dense is not None:
+            ax.axvline(100 * dense.metrics["nDCG@10"], color="#444", linestyle="--", linewidth=1)
+        ax.set_xlabel("nDCG@10 (x100); grey: no LLM, orange: the default")
         ax.set_title(
             f"{self.meta['dataset']} ({self.meta['queries']} queries), writer {self.meta['llm']}"
         )
         fig.tight_layout()
         fig.savefig(path, dpi=120)
-        plt.close(fig)
         return path
 
 
@@ -303,27 +557,37 @@ def paired_bootstrap(
     return float(diffs.mean()), (float(ci.low), float(ci.high))
 
 
-async def _run_mode(
-    data: BeirDataset, index: ExactIndex, mode: BenchMode, llm: Any, cache: Any, concurrency: int
-) -> ModeResult:
-    retriever = HyDERetriever(
-        vectorstore=index,
-        hypothesis_llm=llm if mode.n_hypotheses else None,
-        k=DEPTH,
-        n_hypotheses=mode.n_hypotheses,
-        fusion=mode.fusion,
-        include_query=mode.include_query,
-        query_weight=mode.query_weight,
-        min_hypothesis_similarity=mode.min_similarity,
-        prompt=mode.prompt,
-        hypothesis_cache=cache,
-        rrf_candidates=DEPTH,
-        timeout=None,
+def compare(reference: ModeResult, other: ModeResult) -> Comparison:
+    """``other``'s nDCG@10 minus ``reference``'s, paired by query."""
+    order = sorted(reference.per_query_ndcg)
+    delta, ci = paired_bootstrap(
+        [reference.per_query_ndcg[q] for q in order], [other.per_query_ndcg[q] for q in order]
     )
+    return Comparison(reference.mode.label, delta, ci)
+
+
+def add_comparisons(results: Sequence[ModeResult]) -> None:
+    """Each row against the dense baseline and the best no-LLM row (not against itself)."""
+    dense = next((r for r in results if r.mode == STANDARD), None)
+    no_llm = [r for r in results if not r.mode.n_hypotheses]
+    best = max(no_llm, key=lambda r: r.metrics["nDCG@10"], default=None)
+    for r in results:
+        if dense is not None and r is not dense:
+            r.vs_dense = compare(dense, r)
+        if best is not None and r is not best:
+            r.vs_best_no_llm = compare(best, r)
+
+
+async def _run_mode(
+    data: BeirDataset,
+    retriever: HyDERetriever,
+    mode: BenchMode,
+    concurrency: int,
+) -> ModeResult:
     gate = asyncio.Semaphore(concurrency)
     runs: dict[str, list[tuple[str, float]]] = {}
     fallbacks, seconds = 0, []
-    bar = tqdm(total=len(data.queries), desc=mode.name, unit="q")
+    bar = tqdm(total=len(data.queries), desc=mode.label, unit="q")
 
     async def one(query_id: str, text: str) -> None:
         nonlocal fallbacks
@@ -356,32 +620,36 @@ def run_benchmark(
     embeddings: Embeddings | None = None,
     llm: Any = None,
 ) -> BenchReport:
-    """Measure each mode on a BEIR dataset; see the module docstring.
+    """Measure each configuration on a BEIR dataset; see the module docstring.
 
-    ``embeddings`` and ``llm`` take ready-made models instead of specs.
+    ``modes`` defaults to `default_modes`; the no-LLM baselines are added when missing.
+    ``hypothesis_cache`` is the hypothesis cache file (default: ``bench/hypotheses.sqlite``
+    in the hyde_lc cache folder). ``embeddings`` and ``llm`` take ready-made models
+    instead of specs.
     """
-    from langchain_community.cache import SQLiteCache
+    from hyde_lc.hypothesis_cache import HypothesisCache
 
     started = time.perf_counter()
+    chosen = list(modes) if modes is not None else default_modes()
+    chosen = unique([*BASELINES, *chosen])
     data = load_beir(folder, split=split, limit=limit)
     embeddings = embeddings or load_embeddings(embeddings_spec)
     index = corpus_index(data, embeddings)
-    modes = list(modes or default_modes())
-    needs_llm = any(m.n_hypotheses for m in modes)
+    lexical = corpus_lexical(index, data)
+    needs_llm = any(m.n_hypotheses for m in chosen)
     if needs_llm and llm is None:
         llm = load_llm(llm_spec, role="hypothesis", max_tokens=max_tokens)
-    cache_file = Path(hypothesis_cache or cache_dir() / "bench" / "hypotheses.sqlite")
-    cache_file.parent.mkdir(parents=True, exist_ok=True)
-    cache = SQLiteCache(database_path=str(cache_file))
-    results = [asyncio.run(_run_mode(data, index, m, llm, cache, concurrency)) for m in modes]
-    base = next((r for r in results if r.mode.n_hypotheses == 0), None)
-    if base is not None:
-        order = sorted(base.per_query_ndcg)
-        for r in results:
-            if r is not base:
-                r.delta_ndcg, r.delta_ci = paired_bootstrap(
-                    [base.per_query_ndcg[q] for q in order], [r.per_query_ndcg[q] for q in order]
-                )
+    cache = None
+    if needs_llm:
+        cache_file = Path(hypothesis_cache or cache_dir() / "bench" / "hypotheses.sqlite")
+        cache_file.expanduser().parent.mkdir(parents=True, exist_ok=True)
+        cache = HypothesisCache(cache_file.expanduser())
+    retrievers = [m.retriever(index, lexical, llm, cache) for m in chosen]  # all checked first
+    results = [
+        asyncio.run(_run_mode(data, r, m, concurrency))
+        for m, r in zip(chosen, retrievers, strict=True)
+    ]
+    add_comparisons(results)
     meta = {
         "dataset": data.name,
         "split": split,
@@ -396,6 +664,8 @@ def run_benchmark(
         if needs_llm
         else None,
         "max_tokens": max_tokens,
+        "hypothesis_cache": str(cache.path) if cache is not None else None,
+        "depth": DEPTH,
         "date": date.today().isoformat(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "seconds": round(time.perf_counter() - started, 1),

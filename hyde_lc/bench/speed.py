@@ -1,12 +1,13 @@
 """Speed and cost of the pipeline, each figure a ratio or breakdown measured in one run.
 
-Four measurements (issue 6), each comparing against a floor measured in the same process
-so machine noise cancels:
+Four measurements, each comparing against a floor measured in the same process so machine
+noise cancels:
 
 - **ingest**: chunks/second of the whole ingest path (read, split, embed, write to a
   persistent Chroma collection) against the bare embedding model on the same chunk texts;
-- **query**: per-stage latency (hypothesis, embedding, vector search, neighbour expansion,
-  answer) with p50/p95 through `EvaluationPipeline`, and the retrieval overhead outside
+- **query**: per-stage latency (hypothesis, embedding, search, neighbour expansion,
+  answer) with p50/p95 through `EvaluationPipeline`, with the package's default retriever
+  configuration (hybrid HyDE) widened by ``window``, and the retrieval overhead outside
   the LLM; the same run's prompts give the **cost** per query on remote models, by the
   pricing table (tokens counted with each model's tiktoken encoding);
 - **concurrency**: throughput of the HyDE answer chain's ``abatch`` against sequential
@@ -300,7 +301,7 @@ def query_speed(
     window: int = 1,
     k: int = 4,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Per-stage latency of HyDE + neighbour expansion + answer over ``questions``.
+    """Per-stage latency of the default retriever + neighbour expansion + answer.
 
     Returns the section and, per question, the LLM calls made (hypotheses first, the
     answer last) for `cost_per_query`.
@@ -310,7 +311,7 @@ def query_speed(
     from hyde_lc.store import iter_metadatas
 
     calls = UsageRecorder()
-    pipeline = EvaluationPipeline(
+    pipeline = EvaluationPipeline.from_settings(
         store=store,
         mode="hyde",
         custom_hyde_llm=load_llm(llm_spec, role="hypothesis"),
@@ -333,7 +334,7 @@ def query_speed(
             max(outside - meta["timings"]["embedding_s"], 0.0)
         )
         stages.setdefault("total", []).append(meta["execution_time"])
-        n = pipeline.retriever.n_hypotheses
+        n = pipeline.hyde_retriever.n_hypotheses
         if len(calls.calls) != n + 1:
             raise RuntimeError(f"expected {n} hypothesis calls and one answer, saw {calls.calls}")
         per_query.append(

@@ -1,7 +1,8 @@
-"""Standard vs HyDE (vs expansion) on the same questions: metrics, tokens, cost, latency.
+"""Retrieval configurations on the same questions: metrics, tokens, cost, latency.
 
-`compare_modes` runs each named `EvaluationPipeline` over the questions (each into its
-own resumable ``<mode>.jsonl``, see `evaluate_questions`), scores the records with Ragas
+`compare_modes` runs each named `EvaluationPipeline` (standard, hybrid, HyDE, with or
+without expansion: whatever its retriever is) over the questions, each into its own
+resumable ``<name>.jsonl`` (see `evaluate_questions`), scores the records with Ragas
 (`score_records`), and writes a report directory a person can open:
 
 - ``report.html``: aggregate table, per-question table, and the plots below;
@@ -13,20 +14,20 @@ Optionally an LLM judge compares the two modes' answers question by question, as
 both orders so position bias cancels (a split verdict counts as a tie).
 
 Every mode's file is checked before the first question is asked: a file made with other
-settings (``k``, window, models...) or one that is not a results file is refused, naming
-the differences, so a report never mixes runs; ``resume=False`` (``--restart``) starts
-them afresh. One compare writes a folder at a time (each file and the report are locked).
-The plots are drawn on their own `matplotlib.figure.Figure`, without pyplot, so the
-backend of a notebook that calls `compare_modes` stays as it was.
+settings (``k``, window, hybrid weights, models...) or one that is not a results file is
+refused, naming the differences, so a report never mixes runs; ``resume=False``
+(``--restart``) starts them afresh. One compare writes a folder at a time (each file and
+the report are locked). The plots are drawn on their own `matplotlib.figure.Figure`,
+without pyplot, so the backend of a notebook that calls `compare_modes` stays as it was.
 
 Example:
     >>> from hyde_lc.evaluation import EvaluationPipeline, compare_modes, read_questions
     >>> questions = read_questions("qa.jsonl")  # doctest: +SKIP
     >>> report = compare_modes(questions, {
-    ...     "standard": EvaluationPipeline(mode="standard"),
-    ...     "hyde": EvaluationPipeline(mode="hyde"),
+    ...     "standard": EvaluationPipeline.from_settings(mode="standard", lexical="off"),
+    ...     "hybrid-hyde": EvaluationPipeline.from_settings(mode="hyde"),
     ... }, "compare-out")  # doctest: +SKIP
-    >>> report.aggregates["hyde"]["context_recall"]  # doctest: +SKIP
+    >>> report.aggregates["hybrid-hyde"]["context_recall"]  # doctest: +SKIP
 
 """
 

@@ -1,6 +1,10 @@
 """One question in, one Ragas-ready record out: answer, contexts, and what each stage cost.
 
-`EvaluationPipeline` holds the models and the retriever (load once, ask many);
+`EvaluationPipeline` runs one retriever (a `HyDERetriever`, or a
+`NeighborExpandingRetriever` around one) and optionally an answer model, and records each
+stage; the retriever is the whole retrieval configuration, and its ``label`` is the
+record's ``retrieval_method``. `EvaluationPipeline.from_settings` builds the retriever
+from a store, a mode and HyDERetriever's own fields (load once, ask many);
 `query_for_evaluation` is the one-call form. The record is a Ragas 0.4
 ``SingleTurnSample`` (``user_input``, ``response``, ``retrieved_contexts``,
 ``retrieved_context_ids``, and ``reference`` / ``reference_contexts`` when given) plus a
@@ -11,19 +15,27 @@
   in retrieval but the LLM), ``answer_time``, and the finer ``timings``;
 - tokens and cost per stage in ``stages`` (``hypothesis``, ``embedding``, ``answer``), each
   with its provider, model, tokens, ``usage_source`` and ``cost_source``; and the totals
-  ``input_tokens`` / ``output_tokens`` (LLM stages), ``embedding_tokens``, ``hyde_cost``,
-  ``answer_cost``, ``embedding_cost``, ``total_cost`` (``None`` as soon as one stage's price
-  is unknown: never a made-up number); ``usage_source`` says how the LLM tokens were
-  obtained, ``cost_source`` where every stage's price came from;
-- ``retrieval_method`` (``standard``, ``hyde`` for the default mean with the query at
-  weight 0.8, ``hyde(w=paper)`` for the paper's equal weighting, ``hyde:rrf``,
-  ``hyde:mean-hypotheses-only``, ... and ``+window=N`` with expansion), the
-  models (``llm_hyde_model``, ``llm_answer_model``, ``hyde_provider``, ``answer_provider``,
-  ``hyde_model_id``, ``answer_model_id``, ``embedding_model``), the
-  ``hypothetical_documents`` and any ``fallback``.
+  ``input_tokens`` / ``output_tokens`` (LLM stages), ``embedding_tokens`` (every text the
+  embedding model read, over every search round), ``hyde_cost``, ``answer_cost``,
+  ``embedding_cost``, ``total_cost`` (``None`` as soon as one stage's price is unknown:
+  never a made-up number); ``usage_source`` says how the LLM tokens were obtained,
+  ``cost_source`` where every stage's price came from;
+- ``retrieval_method``: the retriever's configuration label (``standard``, ``hybrid``,
+  ``hyde``, ``hybrid-hyde``, with non-default settings in parentheses and ``+window=N``
+  with expansion: `hyde_lc.retriever.configuration_label`); ``lexical`` (whether a BM25
+  list took part); the models (``llm_hyde_model``, ``llm_answer_model``, ``hyde_provider``,
+  ``answer_provider``, ``hyde_model_id``, ``answer_model_id``, ``embedding_model``); the
+  ``hypothetical_documents``, any ``fallback``, ``query_note`` (the question was cut) and
+  ``neighbors_note`` (the store could not give neighbours);
+- what the answer model was given: ``context_note`` (passages left out or cut to fit its
+  context window, None when all fit), ``context_ids`` and ``dropped_context_ids``, and the
+  ``sources`` its answer cites.
 
 Tokens are recorded per stage by a callback handler attached to that stage only, so two
 stages that share one model are still reported apart (`hyde_lc.evaluation.usage`).
+Evaluating over a missing or empty collection is refused before any model runs
+(`hyde_lc.evaluation.searched_store.check_searchable`): retrieval would find nothing and
+the answers would come from the model's own knowledge.
 
 Example:
     >>> from hyde_lc.evaluation import query_for_evaluation
@@ -39,16 +51,17 @@ import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from langchain_core.caches import BaseCache
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
 from langchain_core.language_models import BaseLanguageModel
 from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.utils import AddableDict
 from langchain_core.vectorstores import VectorStore
 
-from hyde_lc.answer import answer_from_documents, cited_sources
-from hyde_lc.errors import HydeLcError
+from hyde_lc.answer import answer_with_context, cited_sources
+from hyde_lc.errors import InvalidQueryError, InvalidSettingError
 from hyde_lc.evaluation.pricing import PricingTable
+from hyde_lc.evaluation.searched_store import check_searchable
 from hyde_lc.evaluation.usage import (
     NO_CALLS,
     StageUsage,
@@ -58,12 +71,13 @@ from hyde_lc.evaluation.usage import (
     embedding_usage,
     summarise,
 )
-from hyde_lc.fusion import concat_text
 from hyde_lc.neighbors import NeighborExpandingRetriever
-from hyde_lc.prompts import DEFAULT_PROMPT
-from hyde_lc.retriever import DEFAULT_QUERY_WEIGHT, HyDEResult, HyDERetriever
+from hyde_lc.reasoning import strip_reasoning
+from hyde_lc.retriever import HyDEResult, HyDERetriever
 
 Mode = Literal["hyde", "standard"]
+MODES = ("hyde", "standard")
+EvaluatedRetriever = HyDERetriever | NeighborExpandingRetriever
 RAGAS_KEYS = (
     "user_input",
     "response",
@@ -75,160 +89,166 @@ RAGAS_KEYS = (
 )
 """The keys of a record Ragas reads (everything else lives under ``metadata``)."""
 
+_OWN_ARGUMENTS = {
+    "vectorstore": "store",
+    "hypothesis_llm": "custom_hyde_llm (or hyde_model)",
+}
+"""HyDERetriever fields that `EvaluationPipeline.from_settings` takes under its own name."""
+
 
 class EvaluationPipeline:
-    """Answer questions with HyDE (or standard) retrieval, recording each stage's cost.
+    """Answer questions with one retriever, recording each stage's tokens, cost and time.
 
-    A ready-made LLM (``custom_hyde_llm``, ``custom_answer_llm``) takes precedence over a
-    model spec (``hyde_model``, ``answer_model``, e.g. ``"openai:gpt-4o-mini"``); with
-    neither, the embedded local defaults are used.
+    ``retriever`` is the whole retrieval configuration: a `HyDERetriever` (standard,
+    hybrid, HyDE or hybrid HyDE, by its fields) or a `NeighborExpandingRetriever` around
+    one; ``retrieval_method`` is its ``label``. ``answer_llm=None`` retrieves only.
+    `from_settings` builds the retriever from a store, a mode and model specs.
 
     Example:
-        >>> from hyde_lc import open_store
+        >>> from hyde_lc import HyDERetriever, load_llm, open_store
         >>> from hyde_lc.evaluation import EvaluationPipeline
-        >>> pipeline = EvaluationPipeline(store=open_store(), mode="hyde", k=3)  # doctest: +SKIP
+        >>> retriever = HyDERetriever(vectorstore=open_store(), k=3,
+        ...                           hypothesis_llm=load_llm(role="hypothesis"))
+        ... # doctest: +SKIP
+        >>> pipeline = EvaluationPipeline(retriever, answer_llm=load_llm(role="answer"))
+        ... # doctest: +SKIP
         >>> record = pipeline.run("Who designed the Pharos?", reference="Sostratus")
         ... # doctest: +SKIP
-        >>> record["metadata"]["total_cost"]  # doctest: +SKIP
-        0.0
+        >>> record["metadata"]["retrieval_method"], record["metadata"]["total_cost"]
+        ... # doctest: +SKIP
+        ('hybrid-hyde', 0.0)
 
     """
 
     def __init__(
         self,
+        retriever: EvaluatedRetriever,
         *,
-        store: VectorStore | None = None,
-        mode: Mode = "hyde",
-        hyde_model: str | None = None,
-        answer_model: str | None = None,
-        custom_hyde_llm: BaseLanguageModel | None = None,
-        custom_answer_llm: BaseLanguageModel | None = None,
-        k: int = 4,
-        n_hypotheses: int = 1,
-        fusion: Literal["mean", "concat", "rrf"] = "mean",
-        include_query: bool = True,
-        query_weight: float | Literal["default"] | None = "default",
-        prompt: str | list[str] = DEFAULT_PROMPT,
-        window: int = 0,
-        retrieval_only: bool = False,
-        timeout: float | None = 120.0,
-        hypothesis_cache: BaseCache | None = None,
+        answer_llm: BaseLanguageModel | None = None,
         pricing: PricingTable | None = None,
         stream: bool = False,
         callbacks: Sequence[BaseCallbackHandler] = (),
     ) -> None:
-        from hyde_lc.models import load_llm
-        from hyde_lc.store import open_store
-
-        if mode not in ("hyde", "standard"):
-            raise HydeLcError(f"unknown mode {mode!r}: use 'hyde' or 'standard'")
-        if window < 0:
-            raise HydeLcError(f"window must be 0 (no expansion) or more, got {window}")
-        self.mode = mode
-        hyde = mode == "hyde" and n_hypotheses > 0
-        self.hyde_llm = (
-            (custom_hyde_llm or load_llm(hyde_model, role="hypothesis")) if hyde else None
-        )
-        self.answer_llm = (
-            None if retrieval_only else custom_answer_llm or load_llm(answer_model, role="answer")
-        )
-        self.store = store if store is not None else open_store()
-        try:
-            # Unset, the retriever's own default applies (and only where the query is fused).
-            weighting: dict[str, Any] = (
-                {} if query_weight == "default" else {"query_weight": query_weight}
-            )
-            self.retriever = HyDERetriever(
-                vectorstore=self.store,
-                hypothesis_llm=self.hyde_llm,
-                k=k,
-                n_hypotheses=n_hypotheses if hyde else 0,
-                fusion=fusion,
-                include_query=include_query,
-                **weighting,
-                prompt=prompt,
-                timeout=timeout,
-                hypothesis_cache=hypothesis_cache,
-            )
-        except ValueError as exc:
-            raise HydeLcError(str(exc)) from exc
-        self.expander = (
-            NeighborExpandingRetriever(base_retriever=self.retriever, k=k, window=window)
-            if window
-            else None
-        )
+        self.retriever = retriever
+        self.hyde_retriever = _searching_retriever(retriever)
+        check_searchable(self.hyde_retriever.vectorstore)
+        self.answer_llm = answer_llm
         self.pricing = pricing
         self.stream = stream
         self.callbacks = list(callbacks)
 
+    @classmethod
+    def from_settings(
+        cls,
+        *,
+        store: VectorStore | None = None,
+        mode: Mode = "hyde",
+        window: int = 0,
+        hyde_model: str | None = None,
+        answer_model: str | None = None,
+        custom_hyde_llm: BaseLanguageModel | None = None,
+        custom_answer_llm: BaseLanguageModel | None = None,
+        retrieval_only: bool = False,
+        pricing: PricingTable | None = None,
+        stream: bool = False,
+        callbacks: Sequence[BaseCallbackHandler] = (),
+        **retriever_fields: Any,
+    ) -> EvaluationPipeline:
+        """A pipeline built from settings: the one-call path behind `query_for_evaluation`.
+
+        ``store`` defaults to `hyde_lc.open_store` (``./.hyde_lc``); it must hold chunks.
+        ``mode="hyde"`` writes hypotheses with ``custom_hyde_llm`` or the model spec
+        ``hyde_model`` (default: the local writer); ``mode="standard"`` uses no hypothesis
+        model. ``window=N`` widens each hit with N neighbouring chunks on each side.
+        ``custom_answer_llm`` / ``answer_model`` answer, unless ``retrieval_only``.
+        ``retriever_fields`` are `HyDERetriever` fields (``k``, ``n_hypotheses``,
+        ``fusion``, ``query_weight``, ``prompt``, ``lexical``, ``dense_weight``,
+        ``hypothesis_cache``, ...), checked by HyDERetriever itself.
+
+        Raises `InvalidSettingError` for an unknown mode, window or field, or a field the
+        retriever refuses; `StoreError` for a missing or empty collection. Both are
+        raised before any model is loaded.
+        """
+        from hyde_lc.models import load_llm
+        from hyde_lc.store import open_store
+
+        if mode not in MODES:
+            raise InvalidSettingError(f"unknown mode {mode!r}: use 'hyde' or 'standard'")
+        if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+            raise InvalidSettingError(
+                f"window must be a whole number, 0 (no expansion) or more, got {window!r}"
+            )
+        _check_fields(mode, retriever_fields)
+        store = store if store is not None else open_store()
+        check_searchable(store)
+        hyde_llm = None
+        if mode == "hyde":
+            hyde_llm = custom_hyde_llm or load_llm(hyde_model, role="hypothesis")
+        else:
+            retriever_fields["n_hypotheses"] = 0
+        retriever: EvaluatedRetriever = HyDERetriever(
+            vectorstore=store, hypothesis_llm=hyde_llm, **retriever_fields
+        )
+        if window:
+            retriever = NeighborExpandingRetriever(
+                base_retriever=retriever, k=retriever.k, window=window
+            )
+        answer_llm = None
+        if not retrieval_only:
+            answer_llm = custom_answer_llm or load_llm(answer_model, role="answer")
+        return cls(
+            retriever, answer_llm=answer_llm, pricing=pricing, stream=stream, callbacks=callbacks
+        )
+
+    # -- what the pipeline runs ----------------------------------------------------------
+
     @property
     def retrieval_method(self) -> str:
-        """``standard``, ``hyde`` (the default: mean, query weight 0.8), or the variant."""
-        r = self.retriever
-        if r.n_hypotheses == 0:
-            method = "standard"
-        elif r.fusion == "mean" and r.include_query:
-            method = "hyde"
-        else:
-            method = f"hyde:{r.fusion}" + ("" if r.include_query else "-hypotheses-only")
-        if r.query_weight is None and r.include_query and r.fusion != "concat":
-            method += "(w=paper)"  # the paper's equal weighting, not the package default
-        elif r.query_weight is not None and r.query_weight != DEFAULT_QUERY_WEIGHT:
-            method += f"(w={r.query_weight:g})"
-        if r.n_hypotheses > 1:
-            method += f"(n={r.n_hypotheses})"
-        return method + (f"+window={self.expander.window}" if self.expander else "")
+        """The retriever's configuration label, e.g. ``hybrid-hyde`` or ``hyde+window=1``."""
+        return self.retriever.label
+
+    @property
+    def store(self) -> VectorStore:
+        """The vector store searched."""
+        return self.hyde_retriever.vectorstore
+
+    @property
+    def expander(self) -> NeighborExpandingRetriever | None:
+        """The neighbour expansion around the search, if any."""
+        return self.retriever if isinstance(self.retriever, NeighborExpandingRetriever) else None
+
+    @property
+    def hyde_llm(self) -> BaseLanguageModel | None:
+        """The model that writes hypotheses (None when the retriever writes none)."""
+        hyde = self.hyde_retriever
+        return hyde.hypothesis_llm if hyde.n_hypotheses else None
 
     # -- stages ------------------------------------------------------------------------
 
     def _config(self, recorder: UsageRecorder, name: str) -> RunnableConfig:
         return RunnableConfig(callbacks=[recorder, *self.callbacks], run_name=name)
 
-    def _retrieve(self, question: str, config: RunnableConfig) -> tuple[list[Document], list]:
-        details: list[HyDEResult] = []
-        if self.expander is None:
-            details.append(self.retriever.retrieve_with_details(question, config))
-            return details[0].documents, details
-        base = self.expander.base_for_call()
-        assert isinstance(base, HyDERetriever)
-
-        def fetch(n: int) -> list[Document]:
-            details.append(base.retrieve_with_details(question, config, k=n))
-            return details[-1].documents
-
-        return self.expander.gather(fetch), details
-
-    async def _aretrieve(
-        self, question: str, config: RunnableConfig
-    ) -> tuple[list[Document], list]:
-        details: list[HyDEResult] = []
-        if self.expander is None:
-            details.append(await self.retriever.aretrieve_with_details(question, config))
-            return details[0].documents, details
-        base = self.expander.base_for_call()
-        assert isinstance(base, HyDERetriever)
-
-        async def fetch(n: int) -> list[Document]:
-            details.append(await base.aretrieve_with_details(question, config, k=n))
-            return details[-1].documents
-
-        return await self.expander.agather(fetch), details
-
-    def _answer(self, question: str, docs: list[Document], config: RunnableConfig) -> str:
+    def _answer(self, question: str, docs: list[Document], config: RunnableConfig) -> dict:
         assert self.answer_llm is not None
-        chain = answer_from_documents(self.answer_llm)
+        chain = answer_with_context(self.answer_llm)
         inputs = {"question": question, "documents": docs}
-        if self.stream:
-            return "".join(chain.stream(inputs, config))
-        return chain.invoke(inputs, config)
+        if not self.stream:
+            return chain.invoke(inputs, config)
+        out = AddableDict()
+        for chunk in chain.stream(inputs, config):
+            out = out + AddableDict(chunk)
+        return dict(out)
 
-    async def _aanswer(self, question: str, docs: list[Document], config: RunnableConfig) -> str:
+    async def _aanswer(self, question: str, docs: list[Document], config: RunnableConfig) -> dict:
         assert self.answer_llm is not None
-        chain = answer_from_documents(self.answer_llm)
+        chain = answer_with_context(self.answer_llm)
         inputs = {"question": question, "documents": docs}
-        if self.stream:
-            return "".join([part async for part in chain.astream(inputs, config)])
-        return await chain.ainvoke(inputs, config)
+        if not self.stream:
+            return await chain.ainvoke(inputs, config)
+        out = AddableDict()
+        async for chunk in chain.astream(inputs, config):
+            out = out + AddableDict(chunk)
+        return dict(out)
 
     # -- public ------------------------------------------------------------------------
 
@@ -244,16 +264,20 @@ class EvaluationPipeline:
         _check_question(question)
         recorders = _Recorders()
         start = time.perf_counter()
-        docs, details = self._retrieve(question, self._config(recorders.hyde, "hyde_lc.retrieve"))
+        result = self.retriever.retrieve_with_details(
+            question, self._config(recorders.hyde, "hyde_lc.retrieve")
+        )
         retrieved = time.perf_counter()
-        answer = (
+        answered = (
             None
             if self.answer_llm is None
-            else self._answer(question, docs, self._config(recorders.answer, "hyde_lc.answer"))
+            else self._answer(
+                question, result.documents, self._config(recorders.answer, "hyde_lc.answer")
+            )
         )
         end = time.perf_counter()
         return self._record(
-            question, docs, details, answer, recorders, (start, retrieved, end),
+            question, result, answered, recorders, (start, retrieved, end),
             reference, reference_contexts, reference_context_ids,
         )  # fmt: skip
 
@@ -269,46 +293,30 @@ class EvaluationPipeline:
         _check_question(question)
         recorders = _Recorders()
         start = time.perf_counter()
-        docs, details = await self._aretrieve(
+        result = await self.retriever.aretrieve_with_details(
             question, self._config(recorders.hyde, "hyde_lc.retrieve")
         )
         retrieved = time.perf_counter()
-        answer = (
+        answered = (
             None
             if self.answer_llm is None
             else await self._aanswer(
-                question, docs, self._config(recorders.answer, "hyde_lc.answer")
+                question, result.documents, self._config(recorders.answer, "hyde_lc.answer")
             )
         )
         end = time.perf_counter()
         return self._record(
-            question, docs, details, answer, recorders, (start, retrieved, end),
+            question, result, answered, recorders, (start, retrieved, end),
             reference, reference_contexts, reference_context_ids,
         )  # fmt: skip
 
     # -- the record --------------------------------------------------------------------
 
-    def _embedded_texts(self, details: list[HyDEResult]) -> list[str]:
-        """What was embedded across the retrieval rounds (the query and/or hypotheses)."""
-        texts: list[str] = []
-        r = self.retriever
-        for result in details:
-            if not result.hypotheses:
-                texts.append(result.query)
-            elif r.fusion == "concat":
-                texts.append(
-                    concat_text(result.query if r.include_query else None, result.hypotheses)
-                )
-            else:
-                texts.extend(([result.query] if r.include_query else []) + result.hypotheses)
-        return texts
-
     def _record(
         self,
         question: str,
-        docs: list[Document],
-        details: list[HyDEResult],
-        answer: str | None,
+        result: HyDEResult,
+        answered: dict[str, Any] | None,
         recorders: _Recorders,
         clock: tuple[float, float, float],
         reference: str | None,
@@ -316,30 +324,31 @@ class EvaluationPipeline:
         reference_context_ids: list[str] | None,
     ) -> dict[str, Any]:
         start, retrieved, end = clock
-        hyde_info, answer_info = describe_llm(self.hyde_llm), describe_llm(self.answer_llm)
-        embeddings = self.retriever._embeddings()
+        docs = result.documents
+        hyde_llm = self.hyde_llm
+        hyde_info, answer_info = describe_llm(hyde_llm), describe_llm(self.answer_llm)
+        embeddings = self.hyde_retriever.embedding_model
         stages: dict[str, StageUsage] = {
             "hypothesis": summarise(
                 "hypothesis", recorders.hyde, provider=hyde_info.provider,
                 model=hyde_info.name, model_id=hyde_info.model_id, pricing=self.pricing,
             ),
-            "embedding": embedding_usage(self._embedded_texts(details), embeddings, self.pricing),
+            "embedding": embedding_usage(result.embedded_texts, embeddings, self.pricing),
             "answer": summarise(
                 "answer", recorders.answer, provider=answer_info.provider,
                 model=answer_info.name, model_id=answer_info.model_id, pricing=self.pricing,
             ),
         }  # fmt: skip
-        hypothesis_s = sum(d.timings.get("hypothesis_s", 0.0) for d in details)
         timings = {
-            "hypothesis_s": hypothesis_s,
-            "embedding_s": sum(d.timings.get("embedding_s", 0.0) for d in details),
-            "search_s": sum(d.timings.get("search_s", 0.0) for d in details),
-            "answer_s": end - retrieved,
+            key: result.timings.get(key, 0.0) for key in ("hypothesis_s", "embedding_s", "search_s")
         }
-        if self.expander is not None:
-            inner = sum(sum(d.timings.values()) for d in details)
-            timings["expansion_s"] = max(retrieved - start - inner, 0.0)
-        hypotheses = [h for d in details[:1] for h in d.hypotheses]
+        if "expansion_s" in result.timings:
+            timings["expansion_s"] = result.timings["expansion_s"]
+        timings["answer_s"] = end - retrieved
+        hypothesis_s = timings["hypothesis_s"]
+        answer = None if answered is None else strip_reasoning(str(answered["answer"]))
+        given: list[Document] = [] if answered is None else list(answered["context_documents"])
+        dropped: list[Document] = [] if answered is None else list(answered["dropped_documents"])
         costs = [s.cost for s in stages.values()]
         record: dict[str, Any] = {
             "user_input": question,
@@ -371,18 +380,28 @@ class EvaluationPipeline:
             "cost_source": _sources(s.cost_source for s in stages.values()),
             "retrieval_method": self.retrieval_method,
             "k": self.retriever.k,
-            "llm_hyde_model": hyde_info.name if self.hyde_llm else None,
+            "lexical": result.lexical,
+            "search_rounds": result.rounds,
+            "llm_hyde_model": hyde_info.name if hyde_llm else None,
             "llm_answer_model": answer_info.name if self.answer_llm else None,
-            "hyde_provider": hyde_info.provider if self.hyde_llm else None,
+            "hyde_provider": hyde_info.provider if hyde_llm else None,
             "answer_provider": answer_info.provider if self.answer_llm else None,
-            "hyde_model_id": stages["hypothesis"].model_id if self.hyde_llm else None,
+            "hyde_model_id": stages["hypothesis"].model_id if hyde_llm else None,
             "answer_model_id": stages["answer"].model_id if self.answer_llm else None,
             "embedding_model": describe_embeddings(embeddings).model_id,
-            "hypothetical_documents": hypotheses,
-            "hypothetical_document": hypotheses[0] if hypotheses else None,
-            "hypothesis_cache_hits": sum(d.cache_hits for d in details[:1]),
-            "fallback": next((d.fallback for d in details if d.fallback), None),
-            "sources": [] if answer is None else cited_sources(answer, docs),
+            "hypothetical_documents": list(result.hypotheses),
+            "hypothetical_document": result.hypotheses[0] if result.hypotheses else None,
+            "hypothesis_cache_hits": result.cache_hits,
+            "fallback": result.fallback,
+            "query_note": result.query_note,
+            "neighbors_note": next(
+                (d.metadata["neighbors_note"] for d in docs if d.metadata.get("neighbors_note")),
+                None,
+            ),
+            "context_note": None if answered is None else answered["context_note"],
+            "context_ids": [context_id(d) for d in given],
+            "dropped_context_ids": [context_id(d) for d in dropped],
+            "sources": [] if answer is None else cited_sources(answer, given),
         }
         return record
 
@@ -395,9 +414,60 @@ class _Recorders:
         self.answer = UsageRecorder()
 
 
+def _searching_retriever(retriever: Any) -> HyDERetriever:
+    """The HyDERetriever that searches: ``retriever`` itself, or the one it expands."""
+    if isinstance(retriever, HyDERetriever):
+        return retriever
+    if isinstance(retriever, NeighborExpandingRetriever) and isinstance(
+        retriever.base_retriever, HyDERetriever
+    ):
+        return retriever.base_retriever
+    raise InvalidSettingError(
+        "EvaluationPipeline evaluates a HyDERetriever, or a NeighborExpandingRetriever whose "
+        f"base_retriever is one; got {_kind(retriever)}. For standard retrieval use "
+        "HyDERetriever(vectorstore=store, n_hypotheses=0), or "
+        "EvaluationPipeline.from_settings(store=store, mode='standard')"
+    )
+
+
+def _kind(retriever: Any) -> str:
+    if isinstance(retriever, NeighborExpandingRetriever):
+        return f"a NeighborExpandingRetriever around a {type(retriever.base_retriever).__name__}"
+    return f"a {type(retriever).__name__}"
+
+
+def _check_fields(mode: str, fields: dict[str, Any]) -> None:
+    """Refuse retriever fields that do not exist or contradict ``mode``, naming the fix.
+
+    HyDERetriever ignores keywords it does not know, so a misspelt setting would
+    silently run with the default instead.
+    """
+    for name, ours in _OWN_ARGUMENTS.items():
+        if name in fields:
+            raise InvalidSettingError(f"pass {ours} instead of {name}")
+    known = set(HyDERetriever.model_fields) - set(_OWN_ARGUMENTS)
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise InvalidSettingError(
+            f"unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: "
+            f"EvaluationPipeline.from_settings takes HyDERetriever's fields "
+            f"({', '.join(sorted(known - {'name', 'tags', 'metadata'}))})"
+        )
+    n = fields.get("n_hypotheses")
+    if mode == "standard" and n:
+        raise InvalidSettingError(
+            f"mode='standard' searches with the question alone, so n_hypotheses={n} would "
+            "never be used: leave n_hypotheses out, or use mode='hyde'"
+        )
+    if mode == "hyde" and n == 0:
+        raise InvalidSettingError(
+            "mode='hyde' with n_hypotheses=0 writes no hypothesis: use mode='standard'"
+        )
+
+
 def _check_question(question: str) -> None:
     if not isinstance(question, str) or not question.strip():
-        raise HydeLcError("the question is empty: pass the text of a question")
+        raise InvalidQueryError("the question is empty: pass the text of a question")
 
 
 def _sources(sources: Any) -> str:
@@ -407,11 +477,25 @@ def _sources(sources: Any) -> str:
 
 
 def context_id(doc: Document) -> str:
-    """A retrieved context's id: the Chroma id, else ``source:chunk_index``."""
+    """A retrieved context's id: the store's id, else ``source:chunk_index``."""
     if doc.id:
         return str(doc.id)
     meta = doc.metadata
     return f"{meta.get('source', 'unknown')}:{meta.get('chunk_index', meta.get('start_index', ''))}"
+
+
+def _pipeline_for(retriever: EvaluatedRetriever | None, options: dict[str, Any]) -> Any:
+    if retriever is None:
+        return EvaluationPipeline.from_settings(**options)
+    allowed = {"answer_llm", "pricing", "stream", "callbacks"}
+    extra = sorted(set(options) - allowed)
+    if extra:
+        raise InvalidSettingError(
+            f"with retriever=..., the retrieval settings are the retriever's own: "
+            f"{', '.join(extra)} cannot be given too (pass answer_llm, pricing, stream or "
+            "callbacks, or leave retriever out)"
+        )
+    return EvaluationPipeline(retriever, **options)
 
 
 def query_for_evaluation(
@@ -420,13 +504,16 @@ def query_for_evaluation(
     reference: str | None = None,
     reference_contexts: list[str] | None = None,
     reference_context_ids: list[str] | None = None,
+    retriever: EvaluatedRetriever | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """Answer one question and return its Ragas-ready record.
 
-    ``options`` are those of `EvaluationPipeline` (``store``, ``mode``, ``hyde_model``,
-    ``answer_model``, ``custom_hyde_llm``, ``custom_answer_llm``, ``k``, ``n_hypotheses``,
-    ``fusion``, ``window``, ``retrieval_only``, ``stream``, ...). For many questions, build
+    With ``retriever``, ``options`` are those of `EvaluationPipeline` (``answer_llm``,
+    ``pricing``, ``stream``, ``callbacks``); without, those of
+    `EvaluationPipeline.from_settings` (``store``, ``mode``, ``window``, ``hyde_model``,
+    ``answer_model``, ``custom_hyde_llm``, ``custom_answer_llm``, ``retrieval_only`` and
+    HyDERetriever's fields such as ``k`` or ``n_hypotheses``). For many questions, build
     one `EvaluationPipeline` and call ``run`` on it: the models load once.
 
     Example:
@@ -436,7 +523,7 @@ def query_for_evaluation(
         ['metadata', 'response', 'retrieved_context_ids', 'retrieved_contexts', 'user_input']
 
     """
-    return EvaluationPipeline(**options).run(
+    return _pipeline_for(retriever, options).run(
         question,
         reference=reference,
         reference_contexts=reference_contexts,
@@ -450,65 +537,13 @@ async def aquery_for_evaluation(
     reference: str | None = None,
     reference_contexts: list[str] | None = None,
     reference_context_ids: list[str] | None = None,
+    retriever: EvaluatedRetriever | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """Async `query_for_evaluation`."""
-    return await EvaluationPipeline(**options).arun(
+    return await _pipeline_for(retriever, options).arun(
         question,
         reference=reference,
         reference_contexts=reference_contexts,
         reference_context_ids=reference_context_ids,
     )
-
-
-def _stage_metrics(stage: dict[str, Any]) -> dict[str, Any]:
-    keys = ("provider", "model", "model_id", "input_tokens", "output_tokens")
-    return {
-        **{key: stage[key] for key in keys},
-        "total_tokens": stage["input_tokens"] + stage["output_tokens"],
-        "cost": stage["cost"],
-        "usage_source": stage["usage_source"],
-        "cost_source": stage["cost_source"],
-    }
-
-
-def legacy_view(record: dict[str, Any]) -> dict[str, Any]:
-    """The ``process_hyde_query`` shape of a record (the seed module's key names)."""
-    meta = record["metadata"]
-    return {
-        "answer": record["response"],
-        "contexts": record["retrieved_contexts"],
-        "hypothetical_document": meta["hypothetical_document"],
-        "hypothetical_documents": meta["hypothetical_documents"],
-        "hyde_metrics": _stage_metrics(meta["stages"]["hypothesis"]),
-        "answer_metrics": _stage_metrics(meta["stages"]["answer"]),
-        "embedding_metrics": _stage_metrics(meta["stages"]["embedding"]),
-        "total_input_tokens": meta["input_tokens"],
-        "total_output_tokens": meta["output_tokens"],
-        "total_cost": meta["total_cost"],
-        "execution_time": meta["execution_time"],
-        "retrieval_method": meta["retrieval_method"],
-    }
-
-
-def process_hyde_query(
-    query: str,
-    custom_hyde_llm: BaseLanguageModel | None = None,
-    custom_answer_llm: BaseLanguageModel | None = None,
-    **options: Any,
-) -> dict[str, Any]:
-    """The seed module's call shape, on the same implementation as `query_for_evaluation`.
-
-    Returns ``answer``, ``contexts``, ``hypothetical_document``, and ``hyde_metrics`` /
-    ``answer_metrics`` (tokens, cost, usage and cost source) with the totals.
-
-    Example:
-        >>> out = process_hyde_query("Who invented the Fresnel lens?")  # doctest: +SKIP
-        >>> out["hyde_metrics"]["output_tokens"], out["total_cost"]  # doctest: +SKIP
-        (187, 0.0)
-
-    """
-    record = query_for_evaluation(
-        query, custom_hyde_llm=custom_hyde_llm, custom_answer_llm=custom_answer_llm, **options
-    )
-    return legacy_view(record)

@@ -318,10 +318,13 @@ def differences(
 ) -> list[str]:
     """``setting: stored -> asked`` for every setting in which a record differs from a run.
 
-    A record compares its ``metadata.settings`` with ``settings``; a record written without
-    them compares the fields it has (``retrieval_method``, ``k``, ``llm_hyde_model``,
-    ``llm_answer_model``, ``embedding_model``) with ``fields``, the same fields of a record
-    this run would write. Only settings both sides know are compared.
+    A record compares its ``metadata.settings`` with ``settings``. Every setting of the run
+    is compared: one the record does not hold (it was written before the setting existed)
+    shows as ``not recorded``, so such records are never taken for this run's; a record
+    whose settings lack ``retrieval_method`` is compared by the one in its metadata. A
+    record written without any settings compares the fields it has (``retrieval_method``,
+    ``k``, ``llm_hyde_model``, ``llm_answer_model``, ``embedding_model``) with ``fields``,
+    the same fields of a record this run would write.
     """
     stored: dict[str, list[Any]] = {}
     asked: dict[str, Any] = {}
@@ -330,7 +333,9 @@ def differences(
         meta = line.record["metadata"]
         own = meta.get("settings")
         if isinstance(own, dict):
-            pairs = [(name, own[name], settings[name]) for name in settings if name in own]
+            if "retrieval_method" not in own and "retrieval_method" in meta:
+                own = {**own, "retrieval_method": meta["retrieval_method"]}
+            pairs = [(name, own.get(name, NOT_RECORDED), settings[name]) for name in settings]
         else:
             pairs = [(LEGACY_FIELDS[f], meta[f], fields[f]) for f in fields if f in meta]
         for name, value, wanted in pairs:
@@ -345,6 +350,16 @@ def differences(
     ]
 
 
+class _NotRecorded:
+    """A setting a stored record does not hold."""
+
+    def __repr__(self) -> str:
+        return "not recorded"
+
+
+NOT_RECORDED: Any = _NotRecorded()
+
+
 LEGACY_FIELDS = {
     "retrieval_method": "retrieval_method",
     "k": "k",
@@ -356,6 +371,8 @@ LEGACY_FIELDS = {
 
 
 def _shown(value: Any) -> str:
+    if value is NOT_RECORDED:
+        return "not recorded"
     if value is None:
         return "none"
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)

@@ -5,16 +5,19 @@ Input (JSON Lines, UTF-8): ``question`` (or ``user_input``) on every line, optio
 strings) and an ``id``; a line of another shape is refused at read time, naming the line.
 Output (JSON Lines): one `EvaluationPipeline` record per question, in input order, each
 with ``metadata.question_key`` (line number and a hash of the question) and
-``metadata.settings`` (`run_settings`: k, window, fusion, prompt, models, collection...).
+``metadata.settings`` (`run_settings`: the retrieval method and every retriever setting
+that shapes it, hybrid weights included; the window, the models, the collection...).
 
 Resuming: records are appended and flushed one by one, so an interrupted run keeps
 everything it finished; running the same command again skips the questions already in
 the output and continues. The output file is handled by `hyde_lc.evaluation.results_file`:
-a run made with other settings is refused (the message lists them: ``k: 4 -> 1``), as is a
-file that is not a results file; a line that is not a record is moved to
-``<file>.corrupt`` and reported, the records around it kept; a half-written last line
-(the process was killed mid-write) goes there too and its question is redone; a second run
-on the same file is refused while the first holds it. ``resume=False`` (``--restart``)
+a run made with other settings is refused (the message lists them: ``k: 4 -> 1``; a
+setting the file's records do not record shows as ``not recorded``, so records made before
+a setting existed are never mixed with new ones), as is a file that is not a results file;
+a line that is not a record is moved to ``<file>.corrupt`` and reported, the records
+around it kept; a half-written last line (the process was killed mid-write) goes there too
+and its question is redone; a second run on the same file is refused while the first
+holds it. ``resume=False`` (``--restart``)
 starts the file afresh. A question that fails (the LLM raises, a search errs) is
 recorded with ``metadata.error`` and the run goes on; ``--retry-errors`` redoes those.
 A Chroma server that stops answering ends the run instead (`StoreUnavailableError`, naming
@@ -23,7 +26,8 @@ the same command to continue.
 
 Example:
     >>> from hyde_lc.evaluation import EvaluationPipeline, evaluate_questions, read_questions
-    >>> pipeline = EvaluationPipeline(mode="standard", retrieval_only=True)  # doctest: +SKIP
+    >>> pipeline = EvaluationPipeline.from_settings(mode="standard", retrieval_only=True)
+    ... # doctest: +SKIP
     >>> evaluate_questions(read_questions("qa.jsonl"), pipeline, "out.jsonl")  # doctest: +SKIP
     RunSummary(total=10, done=10, skipped=0, failed=0, set_aside=(), corrupt_file=None)
 
@@ -40,7 +44,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from langchain_chroma import Chroma
 from tqdm.auto import tqdm
 
 from hyde_lc.errors import HydeLcError
@@ -58,7 +61,10 @@ from hyde_lc.evaluation.results_file import (
     scan,
     set_aside,
 )
+from hyde_lc.evaluation.searched_store import describe_store
 from hyde_lc.evaluation.usage import describe_embeddings, describe_llm
+from hyde_lc.retriever import HyDERetriever
+from hyde_lc.vectorstore import is_chroma
 
 logger = logging.getLogger(__name__)
 
@@ -214,33 +220,86 @@ def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return [line.record for line in scan(path).records if line.record is not None]
 
 
+_NOT_SETTINGS = frozenset(
+    {"name", "tags", "metadata", "vectorstore", "hypothesis_llm", "embeddings", "timeout",
+     "hypothesis_cache"}
+)  # fmt: skip
+"""HyDERetriever fields that are not settings of a record: the objects (store, models,
+cache: recorded by what they are) and the hypothesis timeout (a fallback says when it hit)."""
+_HYDE_ONLY = (
+    "fusion", "include_query", "query_weight", "prompt", "hypothesis_length",
+    "min_hypothesis_similarity", "rrf_candidates",
+)  # fmt: skip
+_HYBRID_ONLY = ("dense_weight", "hybrid_fusion", "lexical_query_repeats", "hybrid_candidates")
+_EXPANSION = ("before", "after", "order", "max_chars", "candidates")
+
+
+def _plain(value: Any) -> Any:
+    """A setting as a JSON value: prompt templates by their text, objects by their kind."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    template = getattr(value, "template", None)
+    if isinstance(template, str):
+        return template
+    return type(value).__name__
+
+
+def retriever_settings(retriever: HyDERetriever) -> dict[str, Any]:
+    """Every HyDERetriever field that shapes retrieval, as JSON values.
+
+    Fields that cannot matter are ``None``: the hypothesis settings without hypotheses,
+    the query weight where the query is not fused, the rrf depth without rrf, and the
+    hybrid settings when no lexical list takes part.
+    """
+    settings = {
+        name: _plain(getattr(retriever, name))
+        for name in type(retriever).model_fields
+        if name not in _NOT_SETTINGS
+    }
+    hyde = retriever.n_hypotheses > 0
+    hybrid = retriever.lexical_search is not None and retriever.search_type == "similarity"
+    fused = hyde and retriever.include_query and retriever.fusion != "concat"
+    for name in _HYDE_ONLY if not hyde else ():
+        settings[name] = None
+    if fused and retriever.query_weight is None:
+        settings["query_weight"] = "paper"
+    elif not fused:
+        settings["query_weight"] = None
+    if retriever.fusion != "rrf":
+        settings["rrf_candidates"] = None
+    for name in _HYBRID_ONLY if not hybrid else ():
+        settings[name] = None
+    return settings
+
+
 def run_settings(pipeline: EvaluationPipeline) -> dict[str, Any]:
     """Everything about ``pipeline`` that shapes its records, as plain JSON values.
 
-    Settings that cannot matter are ``None``: the hypothesis settings in standard mode, the
-    query weight where the query is not fused, the order without a window.
+    The retriever's label (``retrieval_method``) and fields (`retriever_settings`: k,
+    hypotheses, fusion, the lexical side and its weights...), the neighbour expansion,
+    the models and where the collection is; settings that cannot matter are ``None``.
     """
-    r = pipeline.retriever
-    hyde = r.n_hypotheses > 0
-    fused = hyde and r.include_query and r.fusion != "concat"
+    hyde = pipeline.hyde_retriever
     expander = pipeline.expander
-    collection, location = _location(pipeline.store)
+    collection, location = describe_store(pipeline.store)
     settings = {
-        "mode": pipeline.mode,
-        "k": r.k,
+        "retrieval_method": pipeline.retrieval_method,
+        **retriever_settings(hyde),
+        "k": pipeline.retriever.k,
         "window": expander.window if expander else 0,
-        "order": expander.order if expander else None,
+        **{name: _plain(getattr(expander, name)) if expander else None for name in _EXPANSION},
         "retrieval_only": pipeline.answer_llm is None,
-        "n_hypotheses": r.n_hypotheses,
-        "prompt": r.prompt if hyde else None,
-        "fusion": r.fusion if hyde else None,
-        "include_query": r.include_query if hyde else None,
-        "query_weight": ("paper" if r.query_weight is None else r.query_weight) if fused else None,
-        "hypothesis_model": describe_llm(pipeline.hyde_llm).model_id if hyde else None,
+        "hypothesis_model": (
+            describe_llm(pipeline.hyde_llm).model_id if pipeline.hyde_llm else None
+        ),
         "answer_model": (
             describe_llm(pipeline.answer_llm).model_id if pipeline.answer_llm else None
         ),
-        "embedding_model": describe_embeddings(r._embeddings()).model_id,
+        "embedding_model": describe_embeddings(hyde.embedding_model).model_id,
         "collection": collection,
         "store": location,
     }
@@ -256,19 +315,8 @@ def _record_fields(pipeline: EvaluationPipeline) -> dict[str, Any]:
         "llm_answer_model": (
             describe_llm(pipeline.answer_llm).name if pipeline.answer_llm else None
         ),
-        "embedding_model": describe_embeddings(pipeline.retriever._embeddings()).model_id,
+        "embedding_model": describe_embeddings(pipeline.hyde_retriever.embedding_model).model_id,
     }
-
-
-def _location(store: Any) -> tuple[str | None, str]:
-    """The collection's name and where it lives (folder or server URL)."""
-    if not isinstance(store, Chroma):
-        return None, type(store).__name__
-    from hyde_lc.store import server_url, store_folder
-
-    folder = store_folder(store)
-    where = str(folder) if folder else server_url(store) or "chroma in memory"
-    return store._collection.name, where
 
 
 def check_output_file(path: str | os.PathLike[str], *, resume: bool, flag: str = "--out") -> None:
@@ -487,12 +535,12 @@ def _stop_if_server_lost(pipeline: EvaluationPipeline, exc: Exception, out: Path
     """
     from hyde_lc.store import lost_server
 
-    store = getattr(pipeline, "store", None)
-    if not isinstance(store, Chroma):
+    store = pipeline.store
+    if not is_chroma(store):
         return
     kept = len(read_records(out))
     lost = lost_server(
-        store,
+        store,  # type: ignore[arg-type]
         exc,
         f"rerun the same command: it keeps the {kept} record{'' if kept == 1 else 's'} in "
         f"{out} and continues with the questions not yet there",

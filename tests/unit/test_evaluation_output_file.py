@@ -22,9 +22,8 @@ from hyde_lc.evaluation import Question
 from hyde_lc.evaluation.compare import compare_modes
 from hyde_lc.evaluation.records import EvaluationPipeline
 from hyde_lc.evaluation.runs import evaluate_questions, read_questions, read_records
-from tests.unit.test_evaluation_records import WordCountChat
+from tests.fakes import WordCountChat
 from tests.unit.test_evaluation_runs import QUESTIONS, _llm, _pipeline, _write_questions
-from tests.unit.test_retriever import store  # noqa: F401  (fixture)
 
 fcntl = pytest.importorskip("fcntl")
 
@@ -69,10 +68,10 @@ def _lock_file(path: Path) -> Path:
     ],
     ids=["notes", "question-file", "json-of-something-else", "one-line"],
 )
-def test_a_file_that_is_not_a_results_file_is_refused_untouched(tmp_path, store, content):  # noqa: F811
+def test_a_file_that_is_not_a_results_file_is_refused_untouched(tmp_path, store, content):
     out = tmp_path / "notes.txt"
     out.write_bytes(content)
-    never = NeverRuns(store=store, mode="standard", retrieval_only=True, k=2)
+    never = NeverRuns.from_settings(store=store, mode="standard", retrieval_only=True, k=2)
     with pytest.raises(HydeLcError) as refused:
         _run(_questions(tmp_path), never, out)
     message = str(refused.value)
@@ -85,7 +84,7 @@ def test_a_file_that_is_not_a_results_file_is_refused_untouched(tmp_path, store,
     assert summary.done == 4 and len(read_records(out)) == 4
 
 
-def test_a_damaged_line_is_moved_aside_and_the_records_around_it_are_kept(tmp_path, store):  # noqa: F811
+def test_a_damaged_line_is_moved_aside_and_the_records_around_it_are_kept(tmp_path, store):
     questions = _questions(tmp_path)
     out = tmp_path / "out.jsonl"
     _run(questions[:3], _pipeline(store), out)
@@ -114,7 +113,7 @@ def test_a_damaged_line_is_moved_aside_and_the_records_around_it_are_kept(tmp_pa
     assert len(read_records(out)) == 4
 
 
-def test_a_line_that_is_not_utf8_is_moved_aside_byte_for_byte(tmp_path, store):  # noqa: F811
+def test_a_line_that_is_not_utf8_is_moved_aside_byte_for_byte(tmp_path, store):
     questions = _questions(tmp_path, 2)
     out = tmp_path / "out.jsonl"
     _run(questions, _pipeline(store), out)
@@ -129,7 +128,7 @@ def test_a_line_that_is_not_utf8_is_moved_aside_byte_for_byte(tmp_path, store): 
 
 def test_the_damage_is_reported_in_the_log_naming_the_lines_and_the_corrupt_file(
     tmp_path,
-    store,  # noqa: F811
+    store,
     caplog,
 ):
     questions = _questions(tmp_path, 2)
@@ -148,12 +147,13 @@ def test_the_damage_is_reported_in_the_log_naming_the_lines_and_the_corrupt_file
 # -- settings ------------------------------------------------------------------------------
 
 
-def test_records_carry_the_settings_that_made_them(tmp_path, store):  # noqa: F811
+def test_records_carry_the_settings_that_made_them(tmp_path, store):
     out = tmp_path / "out.jsonl"
     _run(_questions(tmp_path, 1), _pipeline(store, window=1), out)
     settings = read_records(out)[0]["metadata"]["settings"]
     assert settings["k"] == 2 and settings["window"] == 1 and settings["order"] == "relevance"
-    assert settings["mode"] == "hyde" and settings["retrieval_only"] is False
+    assert settings["retrieval_method"] == "hybrid-hyde+window=1"
+    assert settings["retrieval_only"] is False
     assert settings["fusion"] == "mean" and settings["n_hypotheses"] == 1
     assert settings["include_query"] is True and settings["query_weight"] == 0.8
     assert settings["prompt"] == "generic"
@@ -161,14 +161,28 @@ def test_records_carry_the_settings_that_made_them(tmp_path, store):  # noqa: F8
     assert settings["embedding_model"] == "fake:hash-32"
     assert settings["collection"] == "hyde_lc"
     assert settings["store"] == str(tmp_path / "store")
+    # the hybrid side is part of the configuration too
+    assert settings["lexical"] == "auto" and settings["dense_weight"] == 0.5
+    assert settings["hybrid_fusion"] == "score" and settings["lexical_query_repeats"] == 5
 
 
-def test_a_resume_with_other_settings_is_refused_listing_the_differences(tmp_path, store):  # noqa: F811
+def test_settings_that_cannot_matter_are_none(tmp_path, store):
+    out = tmp_path / "out.jsonl"
+    dense = _pipeline(store, mode="standard", lexical="off")
+    _run(_questions(tmp_path, 1), dense, out)
+    settings = read_records(out)[0]["metadata"]["settings"]
+    assert settings["retrieval_method"] == "standard" and settings["n_hypotheses"] == 0
+    for name in ("fusion", "prompt", "query_weight", "dense_weight", "hybrid_fusion", "order"):
+        assert settings[name] is None, name
+    assert settings["hypothesis_model"] is None
+
+
+def test_a_resume_with_other_settings_is_refused_listing_the_differences(tmp_path, store):
     questions = _questions(tmp_path)
     out = tmp_path / "out.jsonl"
     _run(questions[:2], _pipeline(store), out)  # k=2, with answers
     before = out.read_bytes()
-    other = NeverRuns(store=store, custom_hyde_llm=_llm(), k=1, retrieval_only=True)
+    other = NeverRuns.from_settings(store=store, custom_hyde_llm=_llm(), k=1, retrieval_only=True)
     with pytest.raises(HydeLcError) as refused:
         _run(questions, other, out)
     message = str(refused.value)
@@ -193,21 +207,39 @@ def test_a_resume_with_other_settings_is_refused_listing_the_differences(tmp_pat
         ({"include_query": False}, "include_query: true -> false"),
         ({"prompt": "scifact"}, "prompt: generic -> scifact"),
         ({"custom_answer_llm": WordCountChat(model_name="other")}, "answer_model"),
+        ({"lexical": "off"}, "retrieval_method: hybrid-hyde -> hyde; lexical: auto -> off"),
+        ({"dense_weight": 0.3}, "dense_weight: 0.5 -> 0.3"),
+        ({"hybrid_fusion": "rrf"}, "hybrid_fusion: score -> rrf"),
+        ({"lexical_query_repeats": 2}, "lexical_query_repeats: 5 -> 2"),
+        ({"min_hypothesis_similarity": 0.5}, "min_hypothesis_similarity: none -> 0.5"),
     ],
-    ids=["window", "n", "fusion", "weight", "hypotheses-only", "prompt", "answer-model"],
+    ids=[
+        "window",
+        "n",
+        "fusion",
+        "weight",
+        "hypotheses-only",
+        "prompt",
+        "answer-model",
+        "lexical",
+        "dense-weight",
+        "hybrid-fusion",
+        "repeats",
+        "gate",
+    ],
 )
-def test_every_setting_that_shapes_a_record_is_checked(tmp_path, store, change, difference):  # noqa: F811
+def test_every_setting_that_shapes_a_record_is_checked(tmp_path, store, change, difference):
     questions = _questions(tmp_path, 1)
     out = tmp_path / "out.jsonl"
     _run(questions, _pipeline(store), out)
     before = out.read_bytes()
     options: dict[str, Any] = {"custom_hyde_llm": _llm(), "custom_answer_llm": _llm(), "k": 2}
     with pytest.raises(HydeLcError, match=difference):
-        _run(questions, NeverRuns(store=store, **{**options, **change}), out)
+        _run(questions, NeverRuns.from_settings(store=store, **{**options, **change}), out)
     assert out.read_bytes() == before
 
 
-def test_the_embedding_model_and_the_collection_are_settings(tmp_path, store, fake_embeddings):  # noqa: F811
+def test_the_embedding_model_and_the_collection_are_settings(tmp_path, store, fake_embeddings):
     from hyde_lc.ingest import ingest_paths
     from hyde_lc.store import open_store
 
@@ -217,10 +249,10 @@ def test_the_embedding_model_and_the_collection_are_settings(tmp_path, store, fa
     other = open_store(tmp_path / "store", collection="other", embeddings=fake_embeddings)
     ingest_paths([tmp_path / "docs"], other, progress=False)
     with pytest.raises(HydeLcError, match="collection: hyde_lc -> other"):
-        _run(questions, NeverRuns(store=other, custom_hyde_llm=_llm(), k=2), out)
+        _run(questions, NeverRuns.from_settings(store=other, custom_hyde_llm=_llm(), k=2), out)
 
 
-def test_a_file_written_without_settings_still_resumes_and_is_checked(tmp_path, store):  # noqa: F811
+def test_a_file_written_without_settings_still_resumes_and_is_checked(tmp_path, store):
     questions = _questions(tmp_path)
     out = tmp_path / "out.jsonl"
     _run(questions[:2], _pipeline(store), out)
@@ -231,23 +263,59 @@ def test_a_file_written_without_settings_still_resumes_and_is_checked(tmp_path, 
     out.write_text("".join(legacy), "utf-8")
 
     with pytest.raises(HydeLcError, match="k: 2 -> 1"):
-        _run(questions, NeverRuns(store=store, custom_hyde_llm=_llm(), k=1), out)
-    with pytest.raises(HydeLcError, match="retrieval_method: hyde -> standard"):
-        _run(questions, NeverRuns(store=store, mode="standard", k=2), out)
+        _run(questions, NeverRuns.from_settings(store=store, custom_hyde_llm=_llm(), k=1), out)
+    with pytest.raises(HydeLcError, match="retrieval_method: hybrid-hyde -> hybrid"):
+        _run(questions, NeverRuns.from_settings(store=store, mode="standard", k=2), out)
     summary = _run(questions, _pipeline(store), out)
     assert (summary.done, summary.skipped) == (2, 2)
     assert _lines(out)[:2] == [line.encode() for line in legacy]
 
 
-def test_compare_refuses_a_report_folder_made_with_other_settings(tmp_path, store):  # noqa: F811
+def test_records_made_before_the_lexical_settings_existed_are_not_mixed(tmp_path, store):
+    """A file of dense HyDE records, as written before the hybrid settings existed."""
+    questions = _questions(tmp_path)
+    out = tmp_path / "out.jsonl"
+    _run(questions[:2], _pipeline(store, lexical="off"), out)
+    old = []
+    for record in read_records(out):
+        meta = record["metadata"]
+        meta["retrieval_method"] = "hyde"
+        settings = meta["settings"]
+        settings["mode"] = "hyde"
+        for name in ("retrieval_method", "lexical", "dense_weight", "hybrid_fusion",
+                     "lexical_query_repeats", "hybrid_candidates", "search_type",
+                     "search_kwargs", "max_query_chars", "rrf_candidates",
+                     "hypothesis_length", "min_hypothesis_similarity", "before", "after",
+                     "max_chars", "candidates"):  # fmt: skip
+            settings.pop(name)
+        old.append(json.dumps(record, ensure_ascii=False) + "\n")
+    out.write_text("".join(old), "utf-8")
+    before = out.read_bytes()
+
+    with pytest.raises(HydeLcError) as refused:
+        _run(questions, NeverRuns.from_settings(store=store, custom_hyde_llm=_llm(),
+                                                custom_answer_llm=_llm(), k=2), out)  # fmt: skip
+    message = str(refused.value)
+    assert "retrieval_method: hyde -> hybrid-hyde" in message
+    assert "lexical: not recorded -> auto" in message
+    assert "dense_weight: not recorded -> 0.5" in message and "--restart" in message
+    # the same dense configuration is refused too: those records never said so
+    with pytest.raises(HydeLcError, match="lexical: not recorded -> off"):
+        _run(questions, NeverRuns.from_settings(store=store, custom_hyde_llm=_llm(),
+                                                custom_answer_llm=_llm(), k=2, lexical="off"),
+             out)  # fmt: skip
+    assert out.read_bytes() == before
+
+
+def test_compare_refuses_a_report_folder_made_with_other_settings(tmp_path, store):
     questions = _questions(tmp_path, 2)
     folder = tmp_path / "report"
 
     def pipelines(cls: type[EvaluationPipeline], k: int) -> dict[str, EvaluationPipeline]:
         llm = _llm()
         return {
-            "standard": cls(store=store, mode="standard", custom_answer_llm=llm, k=k),
-            "hyde": cls(store=store, custom_hyde_llm=llm, custom_answer_llm=llm, k=k),
+            "standard": cls.from_settings(store=store, mode="standard", custom_answer_llm=llm, k=k),
+            "hyde": cls.from_settings(store=store, custom_hyde_llm=llm, custom_answer_llm=llm, k=k),
         }
 
     compare_modes(
@@ -280,8 +348,8 @@ def test_compare_refuses_a_report_folder_made_with_other_settings(tmp_path, stor
 class WaitsInside(EvaluationPipeline):
     """Signals when its first question starts, then waits until released."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.started = threading.Event()
         self.release = threading.Event()
 
@@ -291,11 +359,11 @@ class WaitsInside(EvaluationPipeline):
         return super().run(question, **kwargs)
 
 
-def test_a_second_run_on_the_same_file_is_refused_while_the_first_runs(tmp_path, store):  # noqa: F811
+def test_a_second_run_on_the_same_file_is_refused_while_the_first_runs(tmp_path, store):
     questions = _questions(tmp_path)
     out = tmp_path / "out.jsonl"
     llm = _llm()
-    first = WaitsInside(store=store, custom_hyde_llm=llm, custom_answer_llm=llm, k=2)
+    first = WaitsInside.from_settings(store=store, custom_hyde_llm=llm, custom_answer_llm=llm, k=2)
     errors: list[BaseException] = []
 
     def run_first() -> None:
@@ -320,7 +388,7 @@ def test_a_second_run_on_the_same_file_is_refused_while_the_first_runs(tmp_path,
     assert not _lock_file(out).exists()  # released and tidied away
 
 
-def test_a_lock_held_by_another_process_refuses_and_changes_nothing(tmp_path, store):  # noqa: F811
+def test_a_lock_held_by_another_process_refuses_and_changes_nothing(tmp_path, store):
     questions = _questions(tmp_path, 2)
     out = tmp_path / "out.jsonl"
     _run(questions[:1], _pipeline(store), out)
@@ -329,14 +397,16 @@ def test_a_lock_held_by_another_process_refuses_and_changes_nothing(tmp_path, st
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         held.write("process 4242\n")
         held.flush()
-        never = NeverRuns(store=store, custom_hyde_llm=_llm(), custom_answer_llm=_llm(), k=2)
+        never = NeverRuns.from_settings(
+            store=store, custom_hyde_llm=_llm(), custom_answer_llm=_llm(), k=2
+        )
         for resume in (True, False):  # not even --restart may touch it
             with pytest.raises(HydeLcError, match=r"in use by another run.*process 4242"):
                 _run(questions, never, out, resume=resume)
         assert out.read_bytes() == before
 
 
-def test_a_killed_holder_does_not_leave_the_file_locked(tmp_path, store):  # noqa: F811
+def test_a_killed_holder_does_not_leave_the_file_locked(tmp_path, store):
     out = tmp_path / "out.jsonl"
     holder = subprocess.Popen(
         [
@@ -360,19 +430,19 @@ def test_a_killed_holder_does_not_leave_the_file_locked(tmp_path, store):  # noq
     assert _run(_questions(tmp_path, 1), _pipeline(store), out).done == 1
 
 
-def test_an_output_path_that_is_a_folder_is_refused(tmp_path, store):  # noqa: F811
+def test_an_output_path_that_is_a_folder_is_refused(tmp_path, store):
     folder = tmp_path / "results"
     folder.mkdir()
-    never = NeverRuns(store=store, mode="standard", retrieval_only=True, k=2)
+    never = NeverRuns.from_settings(store=store, mode="standard", retrieval_only=True, k=2)
     with pytest.raises(HydeLcError, match=f"{folder} is a folder"):
         _run(_questions(tmp_path), never, folder)
     assert list(folder.iterdir()) == []
 
 
-def test_an_output_path_under_a_file_is_refused(tmp_path, store):  # noqa: F811
+def test_an_output_path_under_a_file_is_refused(tmp_path, store):
     notes = tmp_path / "notes.txt"
     notes.write_text("keep me\n", "utf-8")
-    never = NeverRuns(store=store, mode="standard", retrieval_only=True, k=2)
+    never = NeverRuns.from_settings(store=store, mode="standard", retrieval_only=True, k=2)
     with pytest.raises(HydeLcError, match=f"{notes} is a file, not a folder"):
         _run(_questions(tmp_path), never, notes / "out.jsonl")
     assert notes.read_text("utf-8") == "keep me\n"

@@ -2,62 +2,38 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
 
 import pytest
 from langchain_core.callbacks import UsageMetadataCallbackHandler
-from langchain_core.language_models import BaseChatModel, FakeListChatModel
-from langchain_core.messages import AIMessage, get_buffer_string
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.documents import Document
+from langchain_core.language_models import FakeListChatModel
+from langchain_core.vectorstores import InMemoryVectorStore
 from pydantic import Field
 
-from hyde_lc.answer import ANSWER_PROMPT, format_context
-from hyde_lc.errors import HydeLcError
+from hyde_lc import HyDERetriever, NeighborExpandingRetriever
+from hyde_lc.answer import ANSWER_PROMPT, fit_context, format_context
+from hyde_lc.errors import HydeLcError, InvalidSettingError, StoreError
 from hyde_lc.evaluation.pricing import PricingTable
 from hyde_lc.evaluation.records import (
     RAGAS_KEYS,
     EvaluationPipeline,
     aquery_for_evaluation,
-    process_hyde_query,
     query_for_evaluation,
 )
 from hyde_lc.evaluation.usage import UsageRecorder, summarise
-from tests.unit.test_retriever import ScriptedChat, store  # noqa: F401  (fixture)
+from hyde_lc.local_llm import ContextWindowError
+from hyde_lc.store import iter_chunks, open_store
+from tests.fakes import FakeEmbeddings, ScriptedChat, WordCountChat
 
 LEGACY_KEYS = {"question", "answer", "contexts", "ground_truth", "ground_truths"}
-
-
-class WordCountChat(BaseChatModel):
-    """Reports usage as word counts of the prompt and the reply, so stages differ."""
-
-    model_name: str = "word-counter"
-    replies: dict[str, str] = Field(default_factory=dict)
-    prompts: list[str] = Field(default_factory=list)
-
-    @property
-    def _llm_type(self) -> str:
-        return "word-count"
-
-    def _generate(self, messages, stop=None, run_manager=None, **kwargs: Any) -> ChatResult:
-        prompt = get_buffer_string(messages)
-        self.prompts.append(prompt)
-        reply = next((r for key, r in self.replies.items() if key in prompt), "A passage.")
-        usage = {
-            "input_tokens": len(prompt.split()),
-            "output_tokens": len(reply.split()),
-            "total_tokens": len(prompt.split()) + len(reply.split()),
-        }
-        message = AIMessage(
-            content=reply, usage_metadata=usage, response_metadata={"model_name": self.model_name}
-        )
-        return ChatResult(generations=[ChatGeneration(message=message)])
 
 
 def _words(text: str) -> int:
     return len(text.split())
 
 
-def test_record_has_every_ragas_and_metadata_key_and_no_legacy_names(store):  # noqa: F811
+def test_record_has_every_ragas_and_metadata_key_and_no_legacy_names(store):
     llm = ScriptedChat(replies=["Lenses bend light into beams with prisms. [1]"])
     record = query_for_evaluation(
         "How do lighthouse lenses work?",
@@ -82,19 +58,23 @@ def test_record_has_every_ragas_and_metadata_key_and_no_legacy_names(store):  # 
         "embedding_tokens", "stages", "retrieval_method", "llm_hyde_model", "llm_answer_model",
         "hyde_provider", "answer_provider", "hyde_model_id", "answer_model_id",
         "embedding_model", "hypothetical_documents", "hypothetical_document", "usage_source",
-        "cost_source", "fallback",
+        "cost_source", "fallback", "lexical", "context_note", "context_ids",
+        "dropped_context_ids", "sources", "query_note", "neighbors_note",
     ):  # fmt: skip
         assert key in meta, key
-    assert meta["retrieval_method"] == "hyde"
+    # The store is a hyde_lc collection, so its BM25 index joins the search by default.
+    assert meta["retrieval_method"] == "hybrid-hyde" and meta["lexical"] is True
     assert meta["hypothetical_document"] == "Lenses bend light into beams with prisms. [1]"
     assert meta["execution_time"] >= meta["hypothesis_time"] + meta["answer_time"]
     assert set(meta["stages"]) == {"hypothesis", "embedding", "answer"}
     # ScriptedChat reports 5 in / 7 out per call: one hypothesis call, one answer call.
     assert (meta["input_tokens"], meta["output_tokens"]) == (10, 14)
     assert meta["usage_source"] == "reported by the model"
+    assert meta["context_note"] is None and meta["dropped_context_ids"] == []
+    assert meta["context_ids"] == record["retrieved_context_ids"]
 
 
-def test_same_model_in_both_stages_is_still_split_per_stage(store):  # noqa: F811
+def test_same_model_in_both_stages_is_still_split_per_stage(store):
     llm = WordCountChat(
         replies={"Passage:": "Lenses bend light with prisms.", "Context:": "Prisms, per [1]."}
     )
@@ -121,7 +101,7 @@ def test_same_model_in_both_stages_is_still_split_per_stage(store):  # noqa: F81
     )
 
 
-def test_answer_prompt_tokens_cover_the_retrieved_context(store):  # noqa: F811
+def test_answer_prompt_tokens_cover_the_retrieved_context(store):
     llm = WordCountChat()
     record = query_for_evaluation(
         "Why did keepers go?", store=store, mode="standard", custom_answer_llm=llm, k=3
@@ -133,12 +113,19 @@ def test_answer_prompt_tokens_cover_the_retrieved_context(store):  # noqa: F811
     assert record["metadata"]["stages"]["answer"]["input_tokens"] == _words(answer_prompt)
 
 
-def test_standard_mode_has_no_hypothesis_stage(store):  # noqa: F811
+@pytest.mark.parametrize(
+    ("lexical", "label"), [("auto", "hybrid"), ("off", "standard")], ids=["hybrid", "dense"]
+)
+def test_standard_mode_has_no_hypothesis_stage(store, lexical, label):
     record = query_for_evaluation(
-        "Why did keepers go?", store=store, mode="standard", custom_answer_llm=ScriptedChat()
+        "Why did keepers go?",
+        store=store,
+        mode="standard",
+        lexical=lexical,
+        custom_answer_llm=ScriptedChat(),
     )
     meta = record["metadata"]
-    assert meta["retrieval_method"] == "standard"
+    assert meta["retrieval_method"] == label and meta["lexical"] is (lexical == "auto")
     assert meta["stages"]["hypothesis"]["calls"] == 0
     assert meta["hyde_cost"] == 0.0
     assert meta["llm_hyde_model"] is None and meta["hyde_provider"] is None
@@ -146,7 +133,7 @@ def test_standard_mode_has_no_hypothesis_stage(store):  # noqa: F811
     assert meta["stages"]["embedding"]["input_tokens"] > 0  # the query was embedded
 
 
-def test_unknown_model_costs_none_never_a_made_up_number(store):  # noqa: F811
+def test_unknown_model_costs_none_never_a_made_up_number(store):
     record = query_for_evaluation(
         "Why did keepers go?", store=store, custom_hyde_llm=ScriptedChat(),
         custom_answer_llm=ScriptedChat(),
@@ -173,7 +160,7 @@ def test_priced_openai_stage_uses_the_dated_table():
     assert usage.model_id == "gpt-4o-mini-2024-07-18"  # the id the response named
 
 
-def test_models_that_report_nothing_are_estimated_with_a_tokenizer(store):  # noqa: F811
+def test_models_that_report_nothing_are_estimated_with_a_tokenizer(store):
     record = query_for_evaluation(
         "Why did keepers go?",
         store=store,
@@ -188,12 +175,10 @@ def test_models_that_report_nothing_are_estimated_with_a_tokenizer(store):  # no
     assert 3 <= meta["stages"]["answer"]["output_tokens"] <= 6
 
 
-def test_streaming_and_async_give_the_same_record(store):  # noqa: F811
-    import asyncio
-
+def test_streaming_and_async_give_the_same_record(store):
     def pipeline(stream: bool) -> EvaluationPipeline:
         llm = WordCountChat(replies={"Passage:": "Prisms bend light.", "Context:": "Prisms [1]."})
-        return EvaluationPipeline(
+        return EvaluationPipeline.from_settings(
             store=store, custom_hyde_llm=llm, custom_answer_llm=llm, stream=stream, k=2
         )
 
@@ -207,7 +192,20 @@ def test_streaming_and_async_give_the_same_record(store):  # noqa: F811
             assert other["metadata"]["stages"][stage] == plain["metadata"]["stages"][stage]
 
 
-async def test_aquery_for_evaluation(store):  # noqa: F811
+@pytest.mark.parametrize("stream", [False, True], ids=["invoke", "stream"])
+def test_reasoning_before_the_answer_is_removed_from_the_response(store, stream):
+    # The chat template opened <think>, so the reply shows only its closing tag: a stream
+    # cannot hold that back, the finished answer must still lose it.
+    thinking = ScriptedChat(replies=["The user asks about lenses. Prisms?</think>Prisms [1]."])
+    pipeline = EvaluationPipeline.from_settings(
+        store=store, mode="standard", custom_answer_llm=thinking, stream=stream, k=2
+    )
+    record = pipeline.run("How do lenses work?")
+    assert record["response"] == "Prisms [1]."
+    assert asyncio.run(pipeline.arun("How do lenses work?"))["response"] == "Prisms [1]."
+
+
+async def test_aquery_for_evaluation(store):
     record = await aquery_for_evaluation(
         "Why did keepers go?", store=store, custom_hyde_llm=ScriptedChat(),
         custom_answer_llm=ScriptedChat(), retrieval_only=True,
@@ -217,19 +215,19 @@ async def test_aquery_for_evaluation(store):  # noqa: F811
     assert record["metadata"]["stages"]["hypothesis"]["calls"] == 1
 
 
-def test_neighbour_expansion_is_named_and_timed(store):  # noqa: F811
+def test_neighbour_expansion_is_named_and_timed(store):
     record = query_for_evaluation(
         "Why did keepers go?", store=store, custom_hyde_llm=ScriptedChat(),
         custom_answer_llm=ScriptedChat(), window=1, k=2,
     )  # fmt: skip
     meta = record["metadata"]
-    assert meta["retrieval_method"] == "hyde+window=1"
+    assert meta["retrieval_method"] == "hybrid-hyde+window=1"
     assert "expansion_s" in meta["timings"]
     assert meta["stages"]["hypothesis"]["calls"] == 1  # later rounds reuse the hypothesis
-    assert all(":" in cid for cid in record["retrieved_context_ids"])
+    assert meta["neighbors_note"] is None
 
 
-def test_fallback_is_recorded(store):  # noqa: F811
+def test_fallback_is_recorded(store):
     record = query_for_evaluation(
         "Why did keepers go?", store=store, custom_hyde_llm=ScriptedChat(error=True),
         retrieval_only=True,
@@ -238,33 +236,236 @@ def test_fallback_is_recorded(store):  # noqa: F811
     assert record["retrieved_contexts"]
 
 
-def test_variants_are_named(store):  # noqa: F811
-    llm = ScriptedChat()
-    for options, name in [
-        ({"fusion": "rrf"}, "hyde:rrf"),
-        ({"include_query": False}, "hyde:mean-hypotheses-only"),
-        ({"n_hypotheses": 4}, "hyde(n=4)"),
-        ({"n_hypotheses": 4, "query_weight": 0.7}, "hyde(w=0.7)(n=4)"),
-        ({"fusion": "rrf", "query_weight": 0.6}, "hyde:rrf(w=0.6)"),
-    ]:
-        pipeline = EvaluationPipeline(
-            store=store, custom_hyde_llm=llm, retrieval_only=True, **options
+@pytest.mark.parametrize(
+    ("options", "label"),
+    [
+        ({}, "hybrid-hyde"),
+        ({"lexical": "off"}, "hyde"),
+        ({"fusion": "rrf"}, "hybrid-hyde(fusion=rrf)"),
+        ({"include_query": False, "lexical": "off"}, "hyde(hypotheses-only)"),
+        ({"n_hypotheses": 4, "query_weight": 0.7}, "hybrid-hyde(w=0.7,n=4)"),
+        ({"dense_weight": 0.3, "lexical_query_repeats": 2}, "hybrid-hyde(dense=0.3,repeats=2)"),
+    ],
+    ids=["default", "dense", "rrf", "hypotheses-only", "n-and-weight", "hybrid-weights"],
+)
+def test_the_retrieval_method_is_the_retrievers_label(store, options, label):
+    pipeline = EvaluationPipeline.from_settings(
+        store=store, custom_hyde_llm=ScriptedChat(), retrieval_only=True, **options
+    )
+    assert pipeline.retrieval_method == pipeline.retriever.label == label
+    assert pipeline.run("How do lenses work?")["metadata"]["retrieval_method"] == label
+
+
+def test_a_retriever_built_by_hand_is_the_whole_configuration(store):
+    hyde = HyDERetriever(
+        vectorstore=store, hypothesis_llm=ScriptedChat(), k=2, lexical="off", n_hypotheses=2
+    )
+    wide = NeighborExpandingRetriever(base_retriever=hyde, k=2, window=1)
+    for retriever, label in ((hyde, "hyde(n=2)"), (wide, "hyde(n=2)+window=1")):
+        pipeline = EvaluationPipeline(retriever)
+        assert pipeline.retrieval_method == label and pipeline.answer_llm is None
+        record = pipeline.run("How do lenses work?")
+        assert record["metadata"]["retrieval_method"] == label
+        assert record["metadata"]["stages"]["hypothesis"]["calls"] == 2
+        assert record["response"] is None
+    record = query_for_evaluation(
+        "How do lenses work?", retriever=hyde, answer_llm=ScriptedChat(replies=["Prisms [1]."])
+    )
+    assert record["response"] == "Prisms [1]." and record["metadata"]["k"] == 2
+
+
+def test_a_retriever_and_retrieval_settings_together_are_refused(store):
+    hyde = HyDERetriever(vectorstore=store, n_hypotheses=0)
+    with pytest.raises(InvalidSettingError, match=r"k cannot be given too"):
+        query_for_evaluation("q?", retriever=hyde, k=3)
+
+
+def test_only_a_hyde_retriever_or_its_expansion_can_be_evaluated(store):
+    with pytest.raises(InvalidSettingError, match="n_hypotheses=0") as refused:
+        EvaluationPipeline(store.as_retriever())  # type: ignore[arg-type]
+    assert "VectorStoreRetriever" in str(refused.value)
+    wide = NeighborExpandingRetriever(base_retriever=store.as_retriever(), k=2)
+    with pytest.raises(InvalidSettingError, match="around a VectorStoreRetriever"):
+        EvaluationPipeline(wide)  # type: ignore[arg-type]
+
+
+def test_embedding_tokens_count_every_text_the_embedding_model_read(store, fake_embeddings):
+    class Counting(FakeEmbeddings):
+        read: list[str] = Field(default_factory=list)
+
+        def count_tokens(self, text: str) -> int:
+            return len(text)  # characters: any count that differs per text will do
+
+        def embed_query(self, text: str) -> list[float]:
+            self.read.append(text)
+            return super().embed_query(text)
+
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            self.read.extend(texts)
+            return super().embed_documents(texts)
+
+    for window in (0, 1):
+        counting = Counting(size=32, read=[])
+        record = query_for_evaluation(
+            "How do lighthouse lenses work?",
+            store=store,
+            embeddings=counting,
+            custom_hyde_llm=ScriptedChat(replies=["Prisms bend the light of the lamp."]),
+            window=window,
+            retrieval_only=True,
+            k=2,
         )
-        assert pipeline.retrieval_method == name
+        embedded = record["metadata"]["stages"]["embedding"]
+        assert counting.read, "the query and the hypothesis were embedded"
+        assert embedded["input_tokens"] == sum(len(t) for t in counting.read), window
+        assert embedded["usage_source"] == "counted by the embedding model's tokenizer"
 
 
-def test_bad_options_are_clear_errors(store):  # noqa: F811
-    with pytest.raises(HydeLcError, match="unknown mode"):
-        EvaluationPipeline(store=store, mode="dense", retrieval_only=True)  # type: ignore[arg-type]
-    with pytest.raises(HydeLcError, match="unknown fusion"):
-        EvaluationPipeline(
+def test_bad_options_are_clear_errors(store):
+    with pytest.raises(InvalidSettingError, match="unknown mode"):
+        EvaluationPipeline.from_settings(store=store, mode="dense", retrieval_only=True)  # type: ignore[arg-type]
+    with pytest.raises(InvalidSettingError, match="unknown fusion"):
+        EvaluationPipeline.from_settings(
             store=store, custom_hyde_llm=ScriptedChat(), fusion="max", retrieval_only=True
-        )  # type: ignore[arg-type]
+        )
     with pytest.raises(HydeLcError, match="question is empty"):
-        EvaluationPipeline(store=store, mode="standard", retrieval_only=True).run("  ")
+        EvaluationPipeline.from_settings(store=store, mode="standard", retrieval_only=True).run(
+            "  "
+        )
+    with pytest.raises(InvalidSettingError, match="window must be"):
+        EvaluationPipeline.from_settings(store=store, mode="standard", window=-1)
 
 
-def test_process_hyde_query_shape(store):  # noqa: F811
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"n_hypothesis": 4}, r"unknown setting n_hypothesis: .*n_hypotheses"),
+        ({"vectorstore": None}, "pass store instead of vectorstore"),
+        ({"hypothesis_llm": None}, r"pass custom_hyde_llm \(or hyde_model\) instead"),
+        ({"mode": "standard", "n_hypotheses": 4}, "n_hypotheses=4 would never be used"),
+        ({"n_hypotheses": 0}, "use mode='standard'"),
+        ({"dense_weight": 1.5}, "dense_weight must lie between 0 and 1"),
+    ],
+    ids=["typo", "store", "llm", "standard-with-n", "hyde-without-n", "range"],
+)
+def test_retriever_fields_are_checked_before_any_model_loads(store, options, message):
+    llm = ScriptedChat()
+    with pytest.raises(InvalidSettingError, match=message):
+        EvaluationPipeline.from_settings(
+            store=store, custom_hyde_llm=llm, custom_answer_llm=llm, **options
+        )
+    assert llm.log == []
+
+
+# -- the store must hold something to retrieve ---------------------------------------------
+
+
+def test_a_folder_without_a_collection_is_an_error_and_nothing_is_created(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in ("HYDE_LC_STORE", "HYDE_LC_CHROMA_URL", "HYDE_LC_COLLECTION"):
+        monkeypatch.delenv(name, raising=False)
+    answer = ScriptedChat(replies=["From memory: prisms."])
+    with pytest.raises(StoreError) as refused:
+        query_for_evaluation(
+            "How do lenses work?", custom_hyde_llm=answer, custom_answer_llm=answer
+        )
+    message = str(refused.value)
+    assert "no collection 'hyde_lc'" in message and str(tmp_path / ".hyde_lc") in message
+    assert "hyde-lc ingest" in message and "open_store(PATH" in message
+    assert answer.log == []  # nothing answered from the model's own knowledge
+    assert list(tmp_path.iterdir()) == []  # no ./.hyde_lc appeared
+
+
+def test_an_empty_collection_is_an_error_naming_it(tmp_path, fake_embeddings):
+    empty = open_store(tmp_path / "store", collection="notes", embeddings=fake_embeddings)
+    empty.create_collection()
+    with pytest.raises(StoreError, match=r"collection 'notes' at .*store holds no chunks") as e:
+        EvaluationPipeline.from_settings(store=empty, mode="standard", retrieval_only=True)
+    assert "--collection notes" in str(e.value)
+    with pytest.raises(StoreError, match="InMemoryVectorStore holds no documents"):
+        memory = InMemoryVectorStore(fake_embeddings)
+        EvaluationPipeline(HyDERetriever(vectorstore=memory, n_hypotheses=0))
+
+
+# -- any LangChain store -------------------------------------------------------------------
+
+
+def test_windows_over_a_store_other_than_chroma(store, fake_embeddings):
+    chunks = list(iter_chunks(store))
+    memory = InMemoryVectorStore(fake_embeddings)
+    memory.add_documents(chunks)
+    record = query_for_evaluation(
+        "Why did keepers go?", store=memory, mode="standard", window=1, k=2,
+        retrieval_only=True,
+    )  # fmt: skip
+    meta = record["metadata"]
+    assert meta["retrieval_method"] == "standard+window=1" and meta["neighbors_note"] is None
+    assert set(record["retrieved_context_ids"]) <= {
+        f"{c.metadata['doc_id']}:{c.metadata['chunk_index']}-{c.metadata['chunk_index']}"
+        for c in chunks
+    }
+
+    # Chunks numbered by position but without hyde_lc's ids cannot be read back as
+    # neighbours: the hits come back as they are, and the record says why.
+    numbered = InMemoryVectorStore(fake_embeddings)
+    numbered.add_documents(
+        [
+            Document(c.page_content, id=f"x{i}", metadata={
+                k: c.metadata[k] for k in ("source", "chunk_index", "start_index")
+            })
+            for i, c in enumerate(chunks)
+        ]
+    )  # fmt: skip
+    record = query_for_evaluation(
+        "Why did keepers go?", store=numbered, mode="standard", window=1, k=2,
+        retrieval_only=True,
+    )  # fmt: skip
+    assert "cannot give neighbours" in record["metadata"]["neighbors_note"]
+    assert "Ingest with hyde_lc" in record["metadata"]["neighbors_note"]
+    assert len(record["retrieved_contexts"]) == 2
+
+    # Hits that are not chunks at all: an error that says how to make them.
+    bare = InMemoryVectorStore(fake_embeddings)
+    bare.add_documents([Document(c.page_content, id=f"y{i}") for i, c in enumerate(chunks)])
+    with pytest.raises(HydeLcError, match=r"hyde_lc\.ingest_paths"):
+        query_for_evaluation(
+            "Why did keepers go?", store=bare, mode="standard", window=1, retrieval_only=True
+        )
+
+
+# -- what the answer model was given -------------------------------------------------------
+
+
+def test_passages_left_out_of_the_answer_context_are_recorded(store):
+    question = "How do lighthouse lenses work?"
+    docs = HyDERetriever(vectorstore=store, n_hypotheses=0, k=3).invoke(question)
+    answerer = ScriptedChat(replies=["Prisms [1]."])
+
+    def kept(window: int) -> int:
+        try:
+            fitted = fit_context(docs, answerer, question=question, context_window=window)
+        except ContextWindowError:  # no room for any passage
+            return 0
+        return len(fitted.documents)
+
+    window = next(w for w in range(600, 4000, 4) if kept(w) == 1)  # the first passage only
+    answerer.metadata = {"context_window": window}
+    record = query_for_evaluation(
+        question, store=store, mode="standard", k=3, custom_answer_llm=answerer
+    )
+    meta = record["metadata"]
+    assert meta["context_note"] and "2 of 3 passages left out" in meta["context_note"]
+    assert meta["context_ids"] == record["retrieved_context_ids"][:1]
+    assert meta["dropped_context_ids"] == record["retrieved_context_ids"][1:]
+    assert len(meta["sources"]) == 1  # the answer cites what it was given, and only that
+
+
+def test_process_hyde_query_shape(store):
+    import hyde_lc.evaluation
+    from hyde_lc.compat import legacy_view, process_hyde_query
+
+    assert hyde_lc.evaluation.process_hyde_query is process_hyde_query
+    assert hyde_lc.evaluation.legacy_view is legacy_view
     llm = WordCountChat(replies={"Passage:": "Prisms bend light.", "Context:": "Prisms [1]."})
     out = process_hyde_query(
         "How do lenses work?", custom_hyde_llm=llm, custom_answer_llm=llm, store=store
@@ -280,9 +481,10 @@ def test_process_hyde_query_shape(store):  # noqa: F811
     assert out["total_input_tokens"] == (
         out["hyde_metrics"]["input_tokens"] + out["answer_metrics"]["input_tokens"]
     )
+    assert out["retrieval_method"] == "hybrid-hyde"
 
 
-def test_ragas_keys_constant_matches_the_record(store):  # noqa: F811
+def test_ragas_keys_constant_matches_the_record(store):
     record = query_for_evaluation(
         "q?", store=store, mode="standard", retrieval_only=True, reference_context_ids=["x"]
     )

@@ -13,8 +13,7 @@ from hyde_lc.evaluation.compare import compare_modes, judge_pair
 from hyde_lc.evaluation.ragas_metrics import mean_scores, score_records
 from hyde_lc.evaluation.records import EvaluationPipeline
 from hyde_lc.evaluation.runs import Question, evaluate_questions, read_questions, read_records
-from tests.unit.test_evaluation_records import WordCountChat
-from tests.unit.test_retriever import ScriptedChat, store  # noqa: F401  (fixture)
+from tests.fakes import ScriptedChat, WordCountChat
 
 TIMING_KEYS = {"execution_time", "hypothesis_time", "retrieval_time", "answer_time", "timings"}
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -32,10 +31,12 @@ def _llm() -> WordCountChat:
     )
 
 
-def _pipeline(store: Any, **options: Any) -> EvaluationPipeline:  # noqa: F811
+def _pipeline(store: Any, **options: Any) -> EvaluationPipeline:
     llm = _llm()
     options.setdefault("k", 2)
-    return EvaluationPipeline(store=store, custom_hyde_llm=llm, custom_answer_llm=llm, **options)
+    return EvaluationPipeline.from_settings(
+        store=store, custom_hyde_llm=llm, custom_answer_llm=llm, **options
+    )
 
 
 def _write_questions(path: Path, rows: list[dict[str, Any]]) -> Path:
@@ -54,9 +55,7 @@ def _without_timings(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 class DiesAfter(EvaluationPipeline):
     """A pipeline whose process is "killed" (BaseException) on the n-th question."""
 
-    def __init__(self, n: int, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.left = n
+    left = 0
 
     def run(self, question: str, **kwargs: Any) -> dict[str, Any]:
         if self.left == 0:
@@ -86,7 +85,7 @@ def test_bad_question_files_name_the_line(tmp_path, text, message):
         read_questions(path)
 
 
-def test_resumed_run_equals_an_uninterrupted_one(tmp_path, store):  # noqa: F811
+def test_resumed_run_equals_an_uninterrupted_one(tmp_path, store):
     questions = read_questions(_write_questions(tmp_path / "q.jsonl", QUESTIONS))
     whole = tmp_path / "whole.jsonl"
     summary = evaluate_questions(questions, _pipeline(store), whole, progress=False)
@@ -94,7 +93,8 @@ def test_resumed_run_equals_an_uninterrupted_one(tmp_path, store):  # noqa: F811
 
     resumed = tmp_path / "resumed.jsonl"
     llm = _llm()
-    dying = DiesAfter(2, store=store, custom_hyde_llm=llm, custom_answer_llm=llm, k=2)
+    dying = DiesAfter.from_settings(store=store, custom_hyde_llm=llm, custom_answer_llm=llm, k=2)
+    dying.left = 2
     with pytest.raises(KeyboardInterrupt):
         evaluate_questions(questions, dying, resumed, progress=False)
     assert len(read_records(resumed)) == 2  # what finished was kept
@@ -115,10 +115,10 @@ def test_resumed_run_equals_an_uninterrupted_one(tmp_path, store):  # noqa: F811
     assert resumed.read_bytes() == before
 
 
-def test_failures_are_recorded_per_question_and_can_be_retried(tmp_path, store):  # noqa: F811
+def test_failures_are_recorded_per_question_and_can_be_retried(tmp_path, store):
     questions = read_questions(_write_questions(tmp_path / "q.jsonl", QUESTIONS[:2]))
     out = tmp_path / "out.jsonl"
-    broken = EvaluationPipeline(
+    broken = EvaluationPipeline.from_settings(
         store=store, mode="standard", custom_answer_llm=ScriptedChat(error=True), k=2
     )
     summary = evaluate_questions(questions, broken, out, progress=False)
@@ -128,7 +128,9 @@ def test_failures_are_recorded_per_question_and_can_be_retried(tmp_path, store):
     # Without --retry-errors a rerun keeps the failures; with it they are redone in place.
     # (The same model, working again: another model would be other settings, refused.)
     working = ScriptedChat(replies=["They bend light. [1]"])
-    fixed = EvaluationPipeline(store=store, mode="standard", custom_answer_llm=working, k=2)
+    fixed = EvaluationPipeline.from_settings(
+        store=store, mode="standard", custom_answer_llm=working, k=2
+    )
     assert evaluate_questions(questions, fixed, out, progress=False).done == 0
     summary = evaluate_questions(questions, fixed, out, retry_errors=True, progress=False)
     assert (summary.done, summary.failed) == (2, 0)
@@ -137,7 +139,7 @@ def test_failures_are_recorded_per_question_and_can_be_retried(tmp_path, store):
     assert not any(r["metadata"].get("error") for r in records)
 
 
-def test_a_file_from_another_retrieval_method_is_not_mixed(tmp_path, store):  # noqa: F811
+def test_a_file_from_another_retrieval_method_is_not_mixed(tmp_path, store):
     questions = read_questions(_write_questions(tmp_path / "q.jsonl", QUESTIONS[:1]))
     out = tmp_path / "out.jsonl"
     evaluate_questions(questions, _pipeline(store), out, progress=False)
@@ -145,10 +147,10 @@ def test_a_file_from_another_retrieval_method_is_not_mixed(tmp_path, store):  # 
     with pytest.raises(HydeLcError, match="--restart"):
         evaluate_questions(questions, standard, out, progress=False)
     evaluate_questions(questions, standard, out, resume=False, progress=False)
-    assert [r["metadata"]["retrieval_method"] for r in read_records(out)] == ["standard"]
+    assert [r["metadata"]["retrieval_method"] for r in read_records(out)] == ["hybrid"]
 
 
-def test_offline_ragas_scores_records_without_any_model(store):  # noqa: F811
+def test_offline_ragas_scores_records_without_any_model(store):
     pipeline = _pipeline(store)
     first = pipeline.run("How do lighthouse lenses work?", reference="They bend light. [1]")
     ids = first["retrieved_context_ids"]
@@ -165,7 +167,7 @@ def test_offline_ragas_scores_records_without_any_model(store):  # noqa: F811
     assert means["id_context_recall"] == pytest.approx(0.5)
 
 
-def test_judged_metrics_need_a_judge_and_unknown_metrics_are_refused(store):  # noqa: F811
+def test_judged_metrics_need_a_judge_and_unknown_metrics_are_refused(store):
     record = _pipeline(store).run("How do lighthouse lenses work?", reference="Prisms.")
     with pytest.raises(HydeLcError, match="judge"):
         score_records([record], ["faithfulness"])
@@ -180,7 +182,7 @@ def test_judge_pair_asks_both_orders_and_splits_to_tie():
     assert judge_pair(biased, "q?", "one", "two") == "tie"
 
 
-def test_compare_writes_valid_pngs_html_and_summary(tmp_path, store):  # noqa: F811
+def test_compare_writes_valid_pngs_html_and_summary(tmp_path, store):
     questions = read_questions(_write_questions(tmp_path / "q.jsonl", QUESTIONS[:3]))
     report = compare_modes(
         questions,
@@ -267,7 +269,7 @@ def test_hand_built_questions_get_keys_from_their_text_and_reference():
     assert Question("x?", key="mine").key == "mine"
 
 
-def test_a_hand_built_question_added_later_is_asked_not_skipped(tmp_path, store):  # noqa: F811
+def test_a_hand_built_question_added_later_is_asked_not_skipped(tmp_path, store):
     out = tmp_path / "out.jsonl"
     first = Question("How do lighthouse lenses work?")
     evaluate_questions([first], _pipeline(store), out, progress=False)
@@ -277,7 +279,7 @@ def test_a_hand_built_question_added_later_is_asked_not_skipped(tmp_path, store)
     assert [r["user_input"] for r in read_records(out)] == [first.question, second.question]
 
 
-def test_the_same_key_twice_in_one_run_is_refused_naming_both(tmp_path, store):  # noqa: F811
+def test_the_same_key_twice_in_one_run_is_refused_naming_both(tmp_path, store):
     out = tmp_path / "out.jsonl"
     twice = [Question("Who kept lighthouses?"), Question("Why?"), Question("Who kept lighthouses?")]
     with pytest.raises(HydeLcError, match=r"questions 1 and 3 .*'Who kept lighthouses\?'"):
@@ -293,13 +295,17 @@ def test_the_same_key_twice_in_one_run_is_refused_naming_both(tmp_path, store): 
     assert not out.exists() and not (tmp_path / "report").exists()
 
 
-def test_compare_pairs_each_hand_built_question_with_its_own_answer(tmp_path, store):  # noqa: F811
+def test_compare_pairs_each_hand_built_question_with_its_own_answer(tmp_path, store):
     llm = WordCountChat(
         replies={"lamp": "Lamps burned oil.", "tower": "Towers are seen from afar."}
     )
     pipelines = {
-        "standard": EvaluationPipeline(store=store, mode="standard", custom_answer_llm=llm, k=2),
-        "hyde": EvaluationPipeline(store=store, custom_hyde_llm=llm, custom_answer_llm=llm, k=2),
+        "standard": EvaluationPipeline.from_settings(
+            store=store, mode="standard", custom_answer_llm=llm, k=2
+        ),
+        "hyde": EvaluationPipeline.from_settings(
+            store=store, custom_hyde_llm=llm, custom_answer_llm=llm, k=2
+        ),
     }
     questions = [Question("What did a lamp burn?"), Question("Why is a tower tall?")]
     report = compare_modes(
@@ -325,7 +331,7 @@ def test_compare_pairs_each_hand_built_question_with_its_own_answer(tmp_path, st
 )
 def test_a_bad_pricing_file_is_refused_naming_the_variable_before_any_llm_call(
     tmp_path,
-    store,  # noqa: F811
+    store,
     monkeypatch,
     content,
     message,
@@ -342,7 +348,9 @@ def test_a_bad_pricing_file_is_refused_naming_the_variable_before_any_llm_call(
 
     llm = _llm()
     out = tmp_path / "out.jsonl"
-    pipeline = EvaluationPipeline(store=store, custom_hyde_llm=llm, custom_answer_llm=llm, k=2)
+    pipeline = EvaluationPipeline.from_settings(
+        store=store, custom_hyde_llm=llm, custom_answer_llm=llm, k=2
+    )
     with pytest.raises(HydeLcError, match="HYDE_LC_PRICING"):
         evaluate_questions([Question("What powers a lamp?")], pipeline, out, progress=False)
     assert llm.prompts == [] and not out.exists()
@@ -361,7 +369,7 @@ def svg_backend():
     matplotlib.use(before)
 
 
-def test_compare_leaves_the_matplotlib_backend_alone(tmp_path, store, svg_backend):  # noqa: F811
+def test_compare_leaves_the_matplotlib_backend_alone(tmp_path, store, svg_backend):
     import matplotlib
 
     questions = read_questions(_write_questions(tmp_path / "q.jsonl", QUESTIONS[:1]))
