@@ -18,18 +18,38 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from hyde_lc.bench.beir import BeirDataset, load_beir
     from hyde_lc.bench.retrieval import (
+        BASELINES,
+        BM25,
+        DEFAULT,
+        HYBRID,
+        MODE_KINDS,
+        STANDARD,
         BenchMode,
         BenchReport,
+        Comparison,
         ExactIndex,
+        ModeResult,
         default_modes,
+        hyde_variants,
         paired_bootstrap,
         run_benchmark,
+        select_modes,
         write_report,
     )
 
 _EXPORTS = {
     "BeirDataset": "hyde_lc.bench.beir",
     "load_beir": "hyde_lc.bench.beir",
+    "BASELINES": "hyde_lc.bench.retrieval",
+    "BM25": "hyde_lc.bench.retrieval",
+    "DEFAULT": "hyde_lc.bench.retrieval",
+    "HYBRID": "hyde_lc.bench.retrieval",
+    "MODE_KINDS": "hyde_lc.bench.retrieval",
+    "STANDARD": "hyde_lc.bench.retrieval",
+    "Comparison": "hyde_lc.bench.retrieval",
+    "ModeResult": "hyde_lc.bench.retrieval",
+    "hyde_variants": "hyde_lc.bench.retrieval",
+    "select_modes": "hyde_lc.bench.retrieval",
     "BenchMode": "hyde_lc.bench.retrieval",
     "BenchReport": "hyde_lc.bench.retrieval",
     "ExactIndex": "hyde_lc.bench.retrieval",
@@ -41,14 +61,24 @@ _EXPORTS = {
 """Public name -> the module that defines it."""
 
 __all__ = [
+    "BASELINES",
+    "BM25",
+    "DEFAULT",
+    "HYBRID",
+    "MODE_KINDS",
+    "STANDARD",
     "BeirDataset",
     "BenchMode",
     "BenchReport",
+    "Comparison",
     "ExactIndex",
+    "ModeResult",
     "default_modes",
+    "hyde_variants",
     "load_beir",
     "paired_bootstrap",
     "run_benchmark",
+    "select_modes",
     "write_report",
 ]
 
