@@ -321,9 +321,10 @@ def _settings_message(owner: str, exc: ValidationError) -> str:
     """One line per invalid setting, in the package's words (pydantic's prefix removed)."""
     parts = []
     for error in exc.errors():
-        where = ".".join(str(p) for p in error.get("loc", ())) or "settings"
+        where = ".".join(str(p) for p in error.get("loc", ()))
         message = str(error.get("msg", "")).removeprefix("Value error, ")
-        parts.append(message if message.startswith(where) else f"{where}: {message}")
+        # a check of several settings together has no location: its message names them
+        parts.append(message if not where or message.startswith(where) else f"{where}: {message}")
     return f"invalid {owner} settings: " + "; ".join(parts)
 
 
@@ -792,7 +793,7 @@ class HyDERetriever(DetailedRetriever):
         written = self.write_hypotheses(query, self._child(run_manager, "hyde.hypothesis"))
         timings = {"hypothesis_s": time.perf_counter() - start}
         start = time.perf_counter()
-        embed = RunnableLambda(
+        embed: RunnableLambda[list[float] | None, Embedded] = RunnableLambda(
             lambda vector: self.embed(query, written.texts, vector), name="hyde.embed"
         )
         embedded = embed.invoke(
@@ -811,7 +812,7 @@ class HyDERetriever(DetailedRetriever):
     ) -> HyDEResult:
         query, note, k = self._prepare(query, kwargs)
         early = None
-        if self.n_hypotheses and self.fusion != "concat":
+        if self._embeds_query_early():
             early = asyncio.ensure_future(
                 run_in_executor(None, self.embedding_model.embed_query, query)
             )
@@ -845,9 +846,19 @@ class HyDERetriever(DetailedRetriever):
         timings["search_s"] = time.perf_counter() - start
         return self._result(query, note, written, embedded, fused, docs, timings)
 
+    def _embeds_query_early(self) -> bool:
+        """Whether the query's own vector is used beside hypotheses (fused, or for the gate).
+
+        Then it is computed while the hypotheses are being written; otherwise it is
+        computed only if no hypothesis comes.
+        """
+        if not self.n_hypotheses or self.fusion == "concat":
+            return False
+        return self.include_query or self.min_hypothesis_similarity is not None
+
     def _embed_query_early(self, query: str) -> Future[list[float]] | None:
         """Start the query's embedding now if hypotheses are coming (it does not need them)."""
-        if not self.n_hypotheses or self.fusion == "concat":
+        if not self._embeds_query_early():
             return None
         context = contextvars.copy_context()
         return _EARLY.submit(context.run, self.embedding_model.embed_query, query)
@@ -887,7 +898,7 @@ class HyDERetriever(DetailedRetriever):
             hypothesis_messages=written.messages,
             prompts=written.prompts,
             cache_hits=written.cache_hits,
-            embedded_texts=embedded.texts,
+            embedded_texts=_read_texts(query, embedded),
             search_vectors=fused.vectors,
             query_note=note,
             hypotheses_dropped=fused.dropped,
@@ -902,6 +913,16 @@ class HyDERetriever(DetailedRetriever):
             if self.min_hypothesis_similarity is not None and written.texts:
                 doc.metadata["hyde_hypotheses_dropped"] = fused.dropped
         return result
+
+
+def _read_texts(query: str, embedded: Embedded) -> list[str]:
+    """Every text the embedding model read for one retrieval.
+
+    ``embedded.texts``, and the query when it was embedded for the similarity gate only.
+    """
+    if embedded.query_vector is not None and len(embedded.vectors) == embedded.hypotheses:
+        return [query, *embedded.texts]
+    return list(embedded.texts)
 
 
 def _key(doc: Document) -> str:
@@ -934,7 +955,11 @@ def configuration_label(retriever: HyDERetriever) -> str:
 
     """
     hyde = retriever.n_hypotheses > 0
-    hybrid = retriever.lexical != "off" and retriever.lexical_search is not None
+    hybrid = (  # MMR searches dense only
+        retriever.search_type == "similarity"
+        and retriever.lexical != "off"
+        and retriever.lexical_search is not None
+    )
     base = {(False, False): "standard", (False, True): "hybrid", (True, False): "hyde"}.get(
         (hyde, hybrid), "hybrid-hyde"
     )
@@ -961,8 +986,9 @@ def configuration_label(retriever: HyDERetriever) -> str:
             parts.append(f"w={'paper' if value is None else f'{value:g}'}")
         elif name == "include_query":
             parts.append(short)
-        elif name == "prompt" and not isinstance(value, str):
-            parts.append("prompt=custom")
+        elif name == "prompt":  # canonical names (an alias is its prompt), templates "custom"
+            items = value if isinstance(value, list) else [value]
+            parts.append("prompt=" + "+".join(get_prompt(item).name for item in items))
         else:
             parts.append(f"{short}={value:g}" if isinstance(value, float) else f"{short}={value}")
     return base + (f"({','.join(parts)})" if parts else "")
