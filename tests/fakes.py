@@ -31,7 +31,7 @@ from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, get_buffer_string
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.retrievers import BaseRetriever
-from pydantic import Field, PrivateAttr
+from pydantic import Field
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_PDF = ROOT / "hyde_lc" / "sample" / "lighthouses.pdf"
@@ -119,11 +119,60 @@ class FakeEmbeddings(DeterministicFakeEmbedding):
     model_id: str = "fake:hash-32"
 
 
+class RecordingEmbeddings(FakeEmbeddings):
+    """FakeEmbeddings that log every text they embed, in order: ``(method, text)``.
+
+    ``method`` is ``"query"`` (``embed_query``) or ``"documents"`` (``embed_documents``).
+    ``on_query``, when set, is called with each text given to ``embed_query``.
+    """
+
+    read: list[tuple[str, str]] = Field(default_factory=list)
+    on_query: Any = None
+
+    def embed_query(self, text: str) -> list[float]:
+        self.read.append(("query", text))
+        if self.on_query is not None:
+            self.on_query(text)
+        return super().embed_query(text)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.read.extend(("documents", text) for text in texts)
+        return super().embed_documents(texts)
+
+    @property
+    def texts(self) -> list[str]:
+        """Every text read so far, in order."""
+        return [text for _, text in self.read]
+
+
+class InFlight:
+    """Counts calls running at once (shared by a fake model and its copies)."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.most = 0
+        self.changed = threading.Condition()
+
+    def enter(self) -> None:
+        with self.changed:
+            self.now += 1
+            self.most = max(self.most, self.now)
+            self.changed.notify_all()
+
+    def leave(self) -> None:
+        with self.changed:
+            self.now -= 1
+
+
 class ScriptedChat(BaseChatModel):
     """Replies from a script (cycled); optional delay, error or refusal.
 
-    ``log`` gets one entry per call; ``in_flight``/``max_in_flight`` count calls running at
-    the same time (to check concurrency without timing anything).
+    ``log`` gets one entry per call and ``max_in_flight`` is the most calls that ran at
+    the same time (both shared with the copies LangChain makes of the model). With
+    ``rendezvous=n`` each call waits (at most ``rendezvous_wait`` seconds) until ``n``
+    calls have been in flight at once: calls made concurrently all go on at once, calls
+    made one after another each wait in vain. Tests check concurrency with
+    ``max_in_flight``, never with a clock.
     """
 
     replies: list[str] = Field(
@@ -133,9 +182,9 @@ class ScriptedChat(BaseChatModel):
     error: bool = False
     counter: Any = Field(default_factory=itertools.count)
     log: list[str] = Field(default_factory=list)
-    in_flight: int = 0
-    max_in_flight: int = 0
-    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    rendezvous: int = 0
+    rendezvous_wait: float = 10.0
+    in_flight: Any = Field(default_factory=InFlight)
 
     @property
     def _llm_type(self) -> str:
@@ -144,6 +193,10 @@ class ScriptedChat(BaseChatModel):
     @property
     def _identifying_params(self) -> dict[str, Any]:
         return {"replies": self.replies, "delay": self.delay}
+
+    @property
+    def max_in_flight(self) -> int:
+        return self.in_flight.most
 
     def _next(self) -> str:
         self.log.append("call")
@@ -157,30 +210,30 @@ class ScriptedChat(BaseChatModel):
         )
         return ChatResult(generations=[ChatGeneration(message=msg)])
 
-    def _enter(self) -> None:
-        with self._lock:
-            self.in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self.in_flight)
-
-    def _leave(self) -> None:
-        with self._lock:
-            self.in_flight -= 1
+    def _met(self) -> bool:
+        return self.in_flight.most >= self.rendezvous
 
     def _generate(self, messages, stop=None, run_manager=None, **kwargs):
-        self._enter()
+        self.in_flight.enter()
         try:
+            with self.in_flight.changed:
+                self.in_flight.changed.wait_for(self._met, timeout=self.rendezvous_wait)
             time.sleep(self.delay)
             return self._result(self._next())
         finally:
-            self._leave()
+            self.in_flight.leave()
 
     async def _agenerate(self, messages, stop=None, run_manager=None, **kwargs):
-        self._enter()
+        self.in_flight.enter()
         try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.rendezvous_wait
+            while not self._met() and loop.time() < deadline:
+                await asyncio.sleep(0.01)
             await asyncio.sleep(self.delay)
             return self._result(self._next())
         finally:
-            self._leave()
+            self.in_flight.leave()
 
 
 class WordCountChat(BaseChatModel):
@@ -237,10 +290,17 @@ class FixedHits(BaseRetriever):
 
 
 class RunRecorder(BaseCallbackHandler):
-    """Records (kind, run id, parent run id, tags) of every retriever, chat model and chain run."""
+    """Records (kind, run id, parent run id, tags) of every retriever, chat model and chain run.
+
+    ``ended`` maps each retriever run that ended to the documents it returned.
+    """
 
     def __init__(self) -> None:
         self.runs: list[tuple[str, UUID, UUID | None, list[str]]] = []
+        self.ended: dict[UUID, list[Document]] = {}
+
+    def on_retriever_end(self, documents, *, run_id, parent_run_id=None, **kw):
+        self.ended[run_id] = list(documents)
 
     def on_retriever_start(self, serialized, query, *, run_id, parent_run_id=None, tags=None, **kw):
         self.runs.append(("retriever", run_id, parent_run_id, tags or []))
