@@ -179,6 +179,12 @@ class Fused:
     """With several vectors: each ranking's weight in reciprocal rank fusion."""
     dropped: int = 0
     """Hypotheses left out by ``min_hypothesis_similarity``."""
+    kept: list[int] | None = None
+    """Positions of the hypotheses the gate kept (None: no gate applied, all of them)."""
+
+    def kept_texts(self, hypotheses: Sequence[str]) -> list[str]:
+        """The hypotheses that took part: the lexical query uses these, as the dense one."""
+        return list(hypotheses) if self.kept is None else [hypotheses[i] for i in self.kept]
 
 
 @dataclass
@@ -404,7 +410,8 @@ class HyDERetriever(DetailedRetriever):
     """Optional cache of hypotheses (e.g. `hyde_lc.hypothesis_cache.HypothesisCache`)."""
     min_hypothesis_similarity: float | None = None
     """Adaptive HyDE: hypotheses whose cosine similarity to the query is below this are
-    left out of the dense fusion; if none is left, the query alone is searched. ``None``
+    left out of the search (the dense fusion and the lexical query); if none is left, the
+    query alone is searched. ``None``
     (the default) keeps every hypothesis, as the paper does."""
     max_query_chars: int | None = MAX_QUERY_CHARS
     """Longer queries are cut to this many characters; None never cuts."""
@@ -663,18 +670,19 @@ class HyDERetriever(DetailedRetriever):
         with_query = len(embedded.vectors) > embedded.hypotheses
         hypotheses = embedded.vectors[-embedded.hypotheses :]
         dropped = 0
+        kept: list[int] | None = None
         gate = self.min_hypothesis_similarity
         if gate is not None and embedded.query_vector is not None:
             kept = similar_enough(embedded.query_vector, hypotheses, gate)
             dropped = len(hypotheses) - len(kept)
             hypotheses = [hypotheses[i] for i in kept]
             if not hypotheses:
-                return Fused([embedded.query_vector], dropped=dropped)
+                return Fused([embedded.query_vector], dropped=dropped, kept=kept)
         vectors = ([embedded.vectors[0]] if with_query else []) + hypotheses
         weights = self._fusion_weights(len(vectors), with_query)
         if self.fusion == "mean":
-            return Fused([fuse_mean(vectors, weights)], dropped=dropped)
-        return Fused(vectors, weights, dropped=dropped)
+            return Fused([fuse_mean(vectors, weights)], dropped=dropped, kept=kept)
+        return Fused(vectors, weights, dropped=dropped, kept=kept)
 
     def _fusion_weights(self, count: int, with_query: bool) -> list[float] | None:
         """Weights of [query, *hypotheses] by ``query_weight`` (None: all equal)."""
@@ -803,7 +811,7 @@ class HyDERetriever(DetailedRetriever):
         check_dimension(self.vectorstore, len(fused.vectors[0]))
         timings["embedding_s"] = time.perf_counter() - start
         start = time.perf_counter()
-        docs = self.search(fused, k, query=query, hypotheses=written.texts)
+        docs = self.search(fused, k, query=query, hypotheses=fused.kept_texts(written.texts))
         timings["search_s"] = time.perf_counter() - start
         return self._result(query, note, written, embedded, fused, docs, timings)
 
@@ -841,7 +849,8 @@ class HyDERetriever(DetailedRetriever):
         timings["embedding_s"] = time.perf_counter() - start
         start = time.perf_counter()
         docs = await run_in_executor(
-            None, lambda: self.search(fused, k, query=query, hypotheses=written.texts)
+            None,
+            lambda: self.search(fused, k, query=query, hypotheses=fused.kept_texts(written.texts)),
         )
         timings["search_s"] = time.perf_counter() - start
         return self._result(query, note, written, embedded, fused, docs, timings)
