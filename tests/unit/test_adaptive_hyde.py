@@ -2,12 +2,11 @@
 
 import numpy as np
 import pytest
-from pydantic import ValidationError
 
-from hyde_lc.bench.retrieval import default_modes
+from hyde_lc.errors import InvalidSettingError
 from hyde_lc.fusion import similar_enough
 from hyde_lc.retriever import HyDERetriever
-from tests.unit.test_retriever import TOPICS, ScriptedChat, store  # noqa: F401  (fixture)
+from tests.fakes import TOPICS, ScriptedChat
 
 QUERY = TOPICS[0]
 
@@ -20,18 +19,18 @@ def test_similar_enough_keeps_hypotheses_at_or_above_the_threshold():
     assert similar_enough(query, [], 0.5) == []
 
 
-def gated(store, replies, gate, **options):  # noqa: F811
+def gated(store, replies, gate, **options):
+    settings = {"k": 3, **options}
     return HyDERetriever(
         vectorstore=store,
         hypothesis_llm=ScriptedChat(replies=replies),
         n_hypotheses=len(replies),
         min_hypothesis_similarity=gate,
-        k=3,
-        **options,
+        **settings,
     )
 
 
-def test_an_off_topic_hypothesis_is_left_out_of_the_mean(store, fake_embeddings):  # noqa: F811
+def test_an_off_topic_hypothesis_is_left_out_of_the_mean(store, fake_embeddings):
     # The fake embeddings hash texts: a hypothesis equal to the query has cosine 1 with
     # it, an unrelated one a cosine near 0.
     cos = similar_enough(
@@ -52,16 +51,31 @@ def test_an_off_topic_hypothesis_is_left_out_of_the_mean(store, fake_embeddings)
 
 
 @pytest.mark.parametrize("fusion", ["mean", "rrf"])
-async def test_when_every_hypothesis_is_dropped_the_query_alone_is_searched(store, fusion):  # noqa: F811
-    retriever = gated(store, [TOPICS[5], TOPICS[6]], 0.9, fusion=fusion)
-    standard = HyDERetriever(vectorstore=store, n_hypotheses=0, k=3)
+async def test_when_every_hypothesis_is_dropped_the_query_alone_is_searched(store, fusion):
+    retriever = gated(store, [TOPICS[5], TOPICS[6]], 0.9, fusion=fusion, lexical="off")
+    standard = HyDERetriever(vectorstore=store, n_hypotheses=0, k=3, lexical="off")
     for docs in (retriever.invoke(QUERY), await retriever.ainvoke(QUERY)):
         assert [d.id for d in docs] == [d.id for d in standard.invoke(QUERY)]
         assert "min_hypothesis_similarity=0.9" in docs[0].metadata["hyde_fallback"]
         assert docs[0].metadata["hyde_hypotheses_dropped"] == 2
 
 
-def test_gate_without_the_query_in_the_fusion_still_compares_with_the_query(store):  # noqa: F811
+async def test_dropped_hypotheses_stay_out_of_the_lexical_query_too(store):
+    # Off-topic passages full of other words must not steer BM25 either: with every
+    # hypothesis dropped, hybrid HyDE ranks as hybrid search with the question alone.
+    retriever = gated(store, [TOPICS[5], TOPICS[6]], 0.9, k=len(TOPICS))
+    hybrid = HyDERetriever(vectorstore=store, n_hypotheses=0, k=len(TOPICS))
+    expected = [(d.id, d.metadata["lexical_score"]) for d in hybrid.invoke(QUERY)]
+    for docs in (retriever.invoke(QUERY), await retriever.ainvoke(QUERY)):
+        assert [(d.id, d.metadata["lexical_score"]) for d in docs] == expected
+        assert "min_hypothesis_similarity=0.9" in docs[0].metadata["hyde_fallback"]
+    # One kept, one dropped: the kept passage's words count, the dropped one's do not.
+    partly = gated(store, [QUERY, TOPICS[5]], 0.9, k=len(TOPICS)).invoke(QUERY)
+    volcano = next(d for d in partly if d.page_content == TOPICS[5])
+    assert volcano.metadata["lexical_score"] is None  # found by the dense side only
+
+
+def test_gate_without_the_query_in_the_fusion_still_compares_with_the_query(store):
     retriever = gated(store, [QUERY, TOPICS[5]], 0.9, include_query=False)
     result = retriever.retrieve_with_details(QUERY)
     assert result.hypotheses_dropped == 1 and result.documents[0].page_content == QUERY
@@ -74,13 +88,6 @@ def test_gate_without_the_query_in_the_fusion_still_compares_with_the_query(stor
         ({"min_hypothesis_similarity": 0.5, "fusion": "concat"}, "fusion='mean' or 'rrf'"),
     ],
 )
-def test_bad_gates_are_refused_with_the_fix(store, options, message):  # noqa: F811
-    with pytest.raises(ValidationError, match=message):
+def test_bad_gates_are_refused_with_the_fix(store, options, message):
+    with pytest.raises(InvalidSettingError, match=message):
         HyDERetriever(vectorstore=store, hypothesis_llm=ScriptedChat(), **options)
-
-
-def test_bench_gate_modes_are_named_and_filtered_by_kind():
-    modes = default_modes([1], ["generic"], query_weights=[0.8], gates=[0.5])
-    gated_names = [m.name for m in modes if m.min_similarity is not None]
-    assert gated_names == ["mean+q gate=0.5 n=1 generic", "mean+q w=0.8 gate=0.5 n=1 generic"]
-    assert {m.kind for m in modes} == {"standard", "mean+q", "mean (hyp only)", "concat", "rrf"}

@@ -1,30 +1,37 @@
-"""HyDERetriever(query_weight=...): the query's share of the mean and RRF fusions."""
+"""HyDERetriever(query_weight=...): the query's share of the mean and RRF fusions.
+
+Dense fusion math: the retrievers here search with ``lexical="off"``.
+"""
 
 import numpy as np
 import pytest
-from pydantic import ValidationError
 
+from hyde_lc.errors import InvalidSettingError
 from hyde_lc.fusion import reciprocal_rank_fusion
-from hyde_lc.retriever import HyDERetriever
-from tests.unit.test_retriever import TOPICS, ScriptedChat, store  # noqa: F401  (fixture)
+from hyde_lc.retriever import DEFAULT_QUERY_WEIGHT, HyDERetriever
+from tests.fakes import TOPICS, ScriptedChat
 
 
-def test_weighted_mean_gives_the_query_its_share(store, fake_embeddings):  # noqa: F811
+def test_weighted_mean_gives_the_query_its_share(store, fake_embeddings):
     hyps = ["Fresnel lenses use prisms.", "Lenses focus the lamp."]
     retriever = HyDERetriever(
         vectorstore=store, hypothesis_llm=ScriptedChat(), n_hypotheses=2, query_weight=0.8
     )
-    (vector,) = retriever._embed_inputs({"query": "Q?", "hypotheses": hyps})["vectors"]
+    (vector,) = retriever.fuse(retriever.embed("Q?", hyps)).vectors
     q = np.asarray(fake_embeddings.embed_query("Q?"))
     h = np.asarray(fake_embeddings.embed_documents(hyps))
     assert vector == pytest.approx((0.8 * q + 0.1 * h[0] + 0.1 * h[1]).tolist())
 
 
-def test_weighted_mean_ranks_as_interpolated_similarity_scores(store, fake_embeddings):  # noqa: F811
+def test_weighted_mean_ranks_as_interpolated_similarity_scores(store, fake_embeddings):
     # For unit vectors, ranking by the weighted mean vector is ranking by
     # w * cos(q, d) + (1 - w) * cos(h, d): the documented equivalence.
     retriever = HyDERetriever(
-        vectorstore=store, hypothesis_llm=ScriptedChat(replies=[TOPICS[4]]), query_weight=0.7, k=8
+        vectorstore=store,
+        hypothesis_llm=ScriptedChat(replies=[TOPICS[4]]),
+        query_weight=0.7,
+        k=8,
+        lexical="off",
     )
     docs = retriever.invoke(TOPICS[0])
     q = np.asarray(fake_embeddings.embed_query(TOPICS[0]))
@@ -37,7 +44,7 @@ def test_weighted_mean_ranks_as_interpolated_similarity_scores(store, fake_embed
     assert [doc.page_content for doc in docs] == expected
 
 
-def test_weighted_rrf_weighs_the_query_ranking(store, fake_embeddings):  # noqa: F811
+def test_weighted_rrf_weighs_the_query_ranking(store, fake_embeddings):
     hyps = TOPICS[4:6]
     retriever = HyDERetriever(
         vectorstore=store,
@@ -47,6 +54,7 @@ def test_weighted_rrf_weighs_the_query_ranking(store, fake_embeddings):  # noqa:
         k=4,
         rrf_candidates=5,
         query_weight=0.6,
+        lexical="off",
     )
     docs = retriever.invoke(TOPICS[0])
     vectors = [fake_embeddings.embed_query(TOPICS[0]), *fake_embeddings.embed_documents(hyps)]
@@ -65,18 +73,16 @@ def test_weighted_rrf_weighs_the_query_ranking(store, fake_embeddings):  # noqa:
         ({"query_weight": 0.5, "include_query": False}, "mean or rrf"),
     ],
 )
-def test_bad_query_weights_are_refused_with_the_fix(store, options, message):  # noqa: F811
-    with pytest.raises(ValidationError, match=message):
+def test_bad_query_weights_are_refused_with_the_fix(store, options, message):
+    with pytest.raises(InvalidSettingError, match=message):
         HyDERetriever(vectorstore=store, hypothesis_llm=ScriptedChat(), **options)
 
 
-def test_default_weight_is_0_8_and_applies_only_where_the_query_is_fused(store, fake_embeddings):  # noqa: F811
-    from hyde_lc.retriever import DEFAULT_QUERY_WEIGHT
-
+def test_default_weight_is_0_8_and_applies_only_where_the_query_is_fused(store, fake_embeddings):
     hyps = ["Fresnel lenses use prisms."]
     retriever = HyDERetriever(vectorstore=store, hypothesis_llm=ScriptedChat())
     assert retriever.query_weight == DEFAULT_QUERY_WEIGHT == 0.8
-    (vector,) = retriever._embed_inputs({"query": "Q?", "hypotheses": hyps})["vectors"]
+    (vector,) = retriever.fuse(retriever.embed("Q?", hyps)).vectors
     q = np.asarray(fake_embeddings.embed_query("Q?"))
     h = np.asarray(fake_embeddings.embed_documents(hyps)[0])
     assert vector == pytest.approx((0.8 * q + 0.2 * h).tolist())
@@ -86,16 +92,12 @@ def test_default_weight_is_0_8_and_applies_only_where_the_query_is_fused(store, 
         assert other.query_weight is None
 
 
-def test_retrieval_method_names_the_paper_weighting_apart_from_the_default(store):  # noqa: F811
-    from hyde_lc.evaluation import EvaluationPipeline
+def test_the_label_names_the_paper_weighting_apart_from_the_default(store):
+    def label(**options):
+        return HyDERetriever(vectorstore=store, hypothesis_llm=ScriptedChat(), **options).label
 
-    def method(**options):
-        return EvaluationPipeline(
-            store=store, custom_hyde_llm=ScriptedChat(), custom_answer_llm=ScriptedChat(),
-            **options,
-        ).retrieval_method  # fmt: skip
-
-    assert method() == "hyde"
-    assert method(query_weight=None) == "hyde(w=paper)"
-    assert method(query_weight=0.6) == "hyde(w=0.6)"
-    assert method(fusion="concat") == "hyde:concat"
+    assert label() == "hybrid-hyde"
+    assert label(query_weight=DEFAULT_QUERY_WEIGHT) == "hybrid-hyde"
+    assert label(query_weight=None) == "hybrid-hyde(w=paper)"
+    assert label(query_weight=0.6) == "hybrid-hyde(w=0.6)"
+    assert label(fusion="concat") == "hybrid-hyde(fusion=concat)"  # no query share to name
