@@ -88,11 +88,17 @@ def make_pdf(path: Path, pages: list[str]) -> Path:
     return path
 
 
-def tree_digest(folder: Path) -> str:
+GENERATION = "hyde_lc_generation"
+"""The collection setting every write attempt renews (`hyde_lc.store.renew_generation`)."""
+
+
+def tree_digest(folder: Path, *, skip: tuple[str, ...] = ()) -> str:
     """Digest of a collection's logical content: ids, texts, metadata, vectors, settings.
 
     Not of the files' bytes: Chroma rewrites its sqlite file and HNSW headers on every
-    open, even a read-only one, so bytes change although nothing stored did.
+    open, even a read-only one, so bytes change although nothing stored did. ``skip``
+    names collection settings left out, e.g. ``GENERATION`` for a write that was tried,
+    failed and undone (it renews the token, and nothing else).
     """
     import chromadb
     from chromadb.config import Settings
@@ -102,7 +108,8 @@ def tree_digest(folder: Path) -> str:
     for collection in sorted(client.list_collections(), key=lambda c: c.name):
         got = collection.get(include=["documents", "metadatas", "embeddings"])
         order = sorted(range(len(got["ids"])), key=lambda i: got["ids"][i])
-        digest.update(repr((collection.name, sorted((collection.metadata or {}).items()))).encode())
+        settings = sorted((k, v) for k, v in (collection.metadata or {}).items() if k not in skip)
+        digest.update(repr((collection.name, settings)).encode())
         for i in order:
             vector = [round(float(x), 6) for x in got["embeddings"][i]]
             meta = sorted(got["metadatas"][i].items())

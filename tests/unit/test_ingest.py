@@ -11,7 +11,14 @@ from langchain_core.documents import Document
 from hyde_lc.errors import EmbeddingMismatchError, IngestError, StoreError
 from hyde_lc.ingest import chunk_id, ingest_paths, load_document, split_document
 from hyde_lc.store import collection_info, iter_metadatas, open_store
-from tests.fakes import SAMPLE_PDF, FakeEmbeddings, long_text, make_pdf, tree_digest
+from tests.fakes import (
+    GENERATION,
+    SAMPLE_PDF,
+    FakeEmbeddings,
+    long_text,
+    make_pdf,
+    tree_digest,
+)
 
 
 class CountingEmbeddings(FakeEmbeddings):
@@ -276,6 +283,47 @@ def test_a_failure_while_removing_the_old_version_leaves_only_the_new_one_search
     assert (report.files[0].status, report.files[0].embedded) == ("replaced", 0)
     assert set(versions(store)) == {new_id}
     assert collection_info(store)["incomplete"] == []
+
+
+class FailingEmbeddings(FakeEmbeddings):
+    """Fails every embedding call after the first ``fail_after``."""
+
+    fail_after: int = 10**9
+    seen: int = 0
+
+    def embed_documents(self, texts):
+        object.__setattr__(self, "seen", self.seen + 1)
+        if self.seen > self.fail_after:
+            raise RuntimeError("embedding service went away")
+        return super().embed_documents(texts)
+
+
+def test_a_failed_replacement_is_undone_and_the_old_version_kept(tmp_path):
+    doc = tmp_path / "d.txt"
+    doc.write_text(long_text(20, "old"))
+    embeddings = FailingEmbeddings(size=32)
+    store = open_store(tmp_path / "store", embeddings=embeddings)
+    ingest_paths([doc], store, chunk_size=200, chunk_overlap=40, batch_size=4, progress=False)
+    digest = tree_digest(tmp_path / "store", skip=(GENERATION,))
+    doc.write_text(long_text(20, "new"))
+    object.__setattr__(embeddings, "fail_after", embeddings.seen + 1)  # 2nd batch fails
+    with pytest.raises(IngestError, match="partial write was undone"):
+        ingest_paths([doc], store, chunk_size=200, chunk_overlap=40, batch_size=4, progress=False)
+    # Every chunk, vector and setting as before; only the write's generation token moved.
+    assert tree_digest(tmp_path / "store", skip=(GENERATION,)) == digest
+
+
+def test_a_file_gone_blank_keeps_its_previous_version(tmp_path, fake_embeddings):
+    doc = tmp_path / "d.txt"
+    doc.write_text(long_text(5))
+    store = open_store(tmp_path / "store", embeddings=fake_embeddings)
+    ingest_paths([doc], store, progress=False)
+    before = store._collection.count()
+    doc.write_text("   \n  ")
+    report = ingest_paths([doc], store, progress=False)
+    assert report.files[0].status == "empty"
+    assert "previously ingested version is kept" in report.files[0].notes[-1]
+    assert store._collection.count() == before
 
 
 def test_a_killed_run_that_wrote_nothing_leaves_no_trace_after_the_next(tmp_path, fake_embeddings):

@@ -1,15 +1,21 @@
+"""NeighborExpandingRetriever: windows of neighbouring chunks around each hit, from any store."""
+
 import itertools
+import logging
 
+import chromadb
 import pytest
+from langchain_chroma import Chroma
 from langchain_core.documents import Document
-from pydantic import ValidationError
+from langchain_core.vectorstores import InMemoryVectorStore
 
-from hyde_lc.errors import HydeLcError
+import hyde_lc.neighbors
+from hyde_lc.errors import HydeLcError, InvalidSettingError
 from hyde_lc.ingest import ingest_paths, load_document
-from hyde_lc.neighbors import NeighborExpandingRetriever, join_chunks
+from hyde_lc.neighbors import NeighborExpandingRetriever, join_chunks, trim_to_budget
 from hyde_lc.retriever import HyDERetriever
 from hyde_lc.store import iter_metadatas, open_store
-from tests.fakes import FixedHits, RunRecorder, ScriptedChat, unique_text
+from tests.fakes import FakeEmbeddings, FixedHits, RunRecorder, ScriptedChat, unique_text
 
 
 @pytest.fixture
@@ -176,8 +182,11 @@ async def test_k_per_call_and_async(corpus):
 def test_hyde_base_and_inferred_store(corpus):
     store, _, _ = corpus
     hyde = HyDERetriever(vectorstore=store, hypothesis_llm=ScriptedChat())
-    docs = NeighborExpandingRetriever(base_retriever=hyde, k=2).invoke("keeper lamp")
-    assert len(docs) == 2 and all(d.metadata["retrieval_mode"] == "hyde:mean" for d in docs)
+    wide = NeighborExpandingRetriever(base_retriever=hyde, k=2)
+    assert wide.vectorstore is store
+    docs = wide.invoke("keeper lamp")
+    assert len(docs) == 2 and all(d.metadata["retrieval_mode"] == hyde.label for d in docs)
+    assert all(d.metadata["window_end"] > d.metadata["window_start"] for d in docs)
 
 
 def test_hits_without_chunk_metadata_are_refused_clearly(corpus):
@@ -187,14 +196,33 @@ def test_hits_without_chunk_metadata_are_refused_clearly(corpus):
         NeighborExpandingRetriever(base_retriever=bare, vectorstore=store).invoke("q")
 
 
-def test_settings_are_validated(corpus):
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"vectorstore": None}, "pass vectorstore"),
+        ({"k": 0}, "k must be a whole number of at least 1"),
+        ({"window": -1}, "window must be 0 or more"),
+        ({"before": -1}, "before must be 0 or more"),
+        ({"after": -2}, "after must be 0 or more"),
+        ({"candidates": 0}, "candidates must be at least 1"),
+        ({"max_chars": 0}, "max_chars must be at least 1"),
+        ({"order": "random"}, "order"),
+    ],
+)
+def test_settings_are_validated(corpus, options, message):
     store, _, _ = corpus
-    with pytest.raises(ValidationError, match="pass vectorstore"):
-        NeighborExpandingRetriever(base_retriever=FixedHits(hits=[]))
-    with pytest.raises(ValidationError, match="k must be at least 1"):
-        NeighborExpandingRetriever(base_retriever=FixedHits(hits=[]), vectorstore=store, k=0)
-    with pytest.raises(ValidationError, match="before must be 0 or more"):
-        NeighborExpandingRetriever(base_retriever=FixedHits(hits=[]), vectorstore=store, before=-1)
+    settings = {"base_retriever": FixedHits(hits=[]), "vectorstore": store, **options}
+    with pytest.raises(InvalidSettingError, match=message):
+        NeighborExpandingRetriever(**settings)
+
+
+async def test_k_is_checked_per_call(corpus):
+    store, chunks, _ = corpus
+    retriever = expander(store, chunks, ("a.txt", 2))
+    with pytest.raises(InvalidSettingError, match="k must be a whole number"):
+        retriever.invoke("q", k=0)
+    with pytest.raises(InvalidSettingError, match="k must be a whole number"):
+        await retriever.aretrieve_with_details("q", k=-1)
 
 
 def test_join_chunks_restores_dropped_whitespace():
@@ -263,3 +291,204 @@ async def test_base_retriever_run_nests_under_the_expander(corpus, use_async):
     assert inner and all(r[2] == outer[1] for r in inner)
     llm_runs = [r for r in recorder.runs if r[0] == "llm"]
     assert llm_runs and all(r[2] == inner[0][1] for r in llm_runs)  # hypothesis under HyDE
+
+
+# -- windows, budgets and hits that moved ----------------------------------------------------
+
+
+def test_budget_trimming_takes_the_next_chunk_first():
+    chunks = [
+        Document("x" * 10, metadata={"chunk_index": i, "start_index": 11 * i, "gap_before": " "})
+        for i in range(5)
+    ]
+    kept = trim_to_budget(chunks, {2}, max_chars=21)
+    assert [c.metadata["chunk_index"] for c in kept] == [2, 3]
+
+
+def test_chunks_without_spaces_rebuild_exactly(tmp_path, fake_embeddings):
+    text = "灯塔" * 60
+    (tmp_path / "cjk.txt").write_text(text)
+    store = open_store(tmp_path / "store", embeddings=fake_embeddings)
+    ingest_paths([tmp_path / "cjk.txt"], store, chunk_size=50, chunk_overlap=0, progress=False)
+    got = store._collection.get(include=["documents", "metadatas"])
+    chunks = sorted(
+        (Document(t, metadata=m) for t, m in zip(got["documents"], got["metadatas"], strict=True)),
+        key=lambda d: d.metadata["chunk_index"],
+    )
+    assert join_chunks(chunks) == load_document(tmp_path / "cjk.txt").text == text
+
+
+def test_a_hit_missing_from_the_store_is_returned_as_found(corpus):
+    store, _, _ = corpus
+    ghost = Document(
+        "a hit from elsewhere",
+        metadata={
+            "source": "/elsewhere.txt",
+            "chunk_index": 3,
+            "start_index": 0,
+            "doc_id": "x",
+            "score": 0.5,
+        },
+    )
+    (doc,) = NeighborExpandingRetriever(
+        base_retriever=FixedHits(hits=[ghost]), vectorstore=store, k=1, max_chars=100
+    ).invoke("q")
+    assert doc.page_content == "a hit from elsewhere" and doc.metadata["score"] == 0.5
+
+
+def test_a_hyde_base_writes_hypotheses_once_per_call_across_top_up_rounds(corpus):
+    store, _, _ = corpus
+    llm = ScriptedChat(replies=["one passage", "another passage"])
+    hyde = HyDERetriever(vectorstore=store, hypothesis_llm=llm)
+    wide = NeighborExpandingRetriever(base_retriever=hyde, k=3, candidates=1)
+    result = wide.retrieve_with_details("q")
+    assert len(result.documents) == 3 and result.rounds > 1  # asked for 1, 2, 4, ... hits
+    assert len(llm.log) == 1
+    wide.invoke("q")
+    assert len(llm.log) == 2  # a new call samples afresh
+
+
+def test_chunk_index_stored_as_text_is_refused_clearly(corpus):
+    store, chunks, _ = corpus
+    (hit,) = hits(chunks, ("a.txt", 4))
+    hit.metadata["chunk_index"] = "4"
+    retriever = NeighborExpandingRetriever(base_retriever=FixedHits(hits=[hit]), vectorstore=store)
+    with pytest.raises(HydeLcError, match=r"chunk_index as an integer.*'4' \(str\)"):
+        retriever.invoke("q")
+
+
+# -- the details of a run --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+async def test_retrieve_with_details_gives_the_base_details_and_the_windows(corpus, use_async):
+    store, _, _ = corpus
+    llm = ScriptedChat(replies=["alpha paragraph 3 names item 31"])
+    hyde = HyDERetriever(vectorstore=store, hypothesis_llm=llm)
+    wide = NeighborExpandingRetriever(base_retriever=hyde, k=2, candidates=1)
+    recorder = RunRecorder()
+    config = {"callbacks": [recorder]}
+    if use_async:
+        result = await wide.aretrieve_with_details("q", config)
+    else:
+        result = wide.retrieve_with_details("q", config)
+    assert result.label == f"{hyde.label}+window=1" == wide.label
+    assert result.hypotheses == ["alpha paragraph 3 names item 31"] and len(llm.log) == 1
+    assert len(result.documents) == 2 and "window_start" in result.documents[0].metadata
+    assert result.rounds >= 2 and result.lexical
+    assert {"hypothesis_s", "embedding_s", "search_s", "expansion_s"} <= set(result.timings)
+    # every round embedded the query and the (cached) hypothesis again: all are counted
+    assert len(result.embedded_texts) == 2 * result.rounds
+    # one run for the expander; each round a child retriever run with its own children
+    roots = [r for r in recorder.runs if r[2] is None]
+    assert [r[0] for r in roots] == ["retriever"]
+    assert [d.id for d in recorder.ended[roots[0][1]]] == [d.id for d in result.documents]
+    rounds = [r for r in recorder.runs if r[0] == "retriever" and r[2] == roots[0][1]]
+    assert len(rounds) == result.rounds
+    (llm_run,) = [r for r in recorder.runs if r[0] == "llm"]
+    assert llm_run[2] == rounds[0][1]
+
+
+def test_labels_name_the_span_and_order(corpus):
+    store, _, _ = corpus
+    hyde = HyDERetriever(vectorstore=store, n_hypotheses=0, lexical="off")
+    assert NeighborExpandingRetriever(base_retriever=hyde).label == "standard+window=1"
+    assert (
+        NeighborExpandingRetriever(base_retriever=hyde, before=0, after=2, order="document").label
+        == "standard+before=0,after=2,order=document"
+    )
+    plain = NeighborExpandingRetriever(base_retriever=FixedHits(hits=[]), vectorstore=store)
+    assert plain.label == "FixedHits+window=1"
+
+
+# -- other stores ----------------------------------------------------------------------------
+
+
+def in_memory(chunks, fake_embeddings, keep=None):
+    """An InMemoryVectorStore of the corpus' chunks with their ids and (kept) metadata."""
+    store = InMemoryVectorStore(fake_embeddings)
+    docs = []
+    for doc in chunks.values():
+        meta = {k: v for k, v in doc.metadata.items() if keep is None or k in keep}
+        meta.pop("score", None)
+        docs.append(Document(doc.page_content, metadata=meta, id=doc.id))
+    store.add_documents(docs)
+    return store
+
+
+@pytest.fixture
+def warnings_once(monkeypatch, caplog):
+    """The neighbour warnings of this test alone (each is logged once per process)."""
+    monkeypatch.setattr(hyde_lc.neighbors, "_WARNED", set())
+    with caplog.at_level(logging.WARNING, logger="hyde_lc.neighbors"):
+        yield lambda: [r.getMessage() for r in caplog.records if r.name == "hyde_lc.neighbors"]
+
+
+def test_an_in_memory_store_of_hyde_lc_chunks_expands_by_id(corpus, fake_embeddings):
+    store, chunks, texts = corpus
+    memory = in_memory(chunks, fake_embeddings)
+    keys = [("a.txt", 5), ("b.txt", 2)]
+    found = hits(chunks, *keys)
+    wide = NeighborExpandingRetriever(base_retriever=FixedHits(hits=found), vectorstore=memory, k=2)
+    docs = wide.invoke("q")
+    assert [(d.metadata["window_start"], d.metadata["window_end"]) for d in docs] == [
+        (4, 6),
+        (1, 3),
+    ]
+    assert docs[0].page_content == span_text(chunks, texts, "a.txt", 4, 6)
+    chroma = NeighborExpandingRetriever(base_retriever=FixedHits(hits=found), vectorstore=store)
+    assert [d.page_content for d in docs] == [d.page_content for d in chroma.invoke("q", k=2)]
+    assert all("neighbors_note" not in d.metadata for d in docs)
+    # a HyDE base over the same store: the store is inferred, the windows are read by id
+    hyde = HyDERetriever(vectorstore=memory, hypothesis_llm=ScriptedChat())
+    result = NeighborExpandingRetriever(base_retriever=hyde, k=2).retrieve_with_details("q")
+    assert len(result.documents) == 2 and not result.lexical
+    assert all("window_start" in d.metadata for d in result.documents)
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+async def test_a_store_without_hyde_lc_ids_gives_bare_hits_a_note_and_one_warning(
+    corpus, fake_embeddings, warnings_once, use_async
+):
+    _, chunks, _ = corpus
+    # positions, but not what the ids derive from (chunk_size, chunk_overlap, doc_id)
+    memory = in_memory(
+        chunks, fake_embeddings, keep={"source", "chunk_index", "start_index", "file_name"}
+    )
+    keys = [("a.txt", 5), ("a.txt", 9), ("b.txt", 2)]
+    found = [
+        Document(d.page_content, metadata=memory.get_by_ids([d.id])[0].metadata, id=d.id)
+        for d in hits(chunks, *keys)
+    ]
+    wide = NeighborExpandingRetriever(base_retriever=FixedHits(hits=found), vectorstore=memory, k=3)
+    for _ in range(2):
+        docs = await wide.ainvoke("q", k=2) if use_async else wide.invoke("q", k=2)
+        assert [d.id for d in docs] == [d.id for d in found[:2]]
+        assert [d.page_content for d in docs] == [d.page_content for d in found[:2]]
+        assert all("cannot give neighbours" in d.metadata["neighbors_note"] for d in docs)
+    (warning,) = warnings_once()
+    assert "InMemoryVectorStore cannot give neighbours" in warning and "hyde_lc" in warning
+
+
+def test_chunk_positions_numbered_per_page_give_bare_hits_and_a_warning(tmp_path, warnings_once):
+    # A loader that numbers each page's chunks from 0: two chunks of one source at position 0.
+    embeddings = FakeEmbeddings(size=32)
+    pages = [
+        Document(
+            f"Page {page}, part {part}: the keeper's log of storm {page * 10 + part}.",
+            metadata={"source": "log.pdf", "page": page, "chunk_index": part, "start_index": 0},
+            id=f"p{page}c{part}",
+        )
+        for page in (1, 2)
+        for part in (0, 1)
+    ]
+    client = chromadb.PersistentClient(path=str(tmp_path / "theirs"))
+    theirs = Chroma.from_documents(pages, embeddings, client=client, collection_name="theirs")
+    found = theirs.get_by_ids(["p1c0", "p2c1"])
+    wide = NeighborExpandingRetriever(base_retriever=FixedHits(hits=found), vectorstore=theirs)
+    docs = wide.invoke("q")
+    assert sorted(d.id for d in docs) == ["p1c0", "p2c1"]
+    assert all("not unique per document" in d.metadata["neighbors_note"] for d in docs)
+    assert all("window_start" not in d.metadata for d in docs)  # nothing mixed in
+    (warning,) = warnings_once()
+    assert "log.pdf#0" in warning or "log.pdf#1" in warning

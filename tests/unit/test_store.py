@@ -22,14 +22,13 @@ from hyde_lc.store import (
     META_PENDING,
     StoreLocation,
     collection_info,
+    iter_metadatas,
     open_store,
     pending_versions,
     set_pending,
     visible_where,
 )
-from tests.conftest import FakeEmbeddings
-from tests.unit.test_ingest import long_text, tree_digest
-from tests.unit.test_neighbors import FixedHits, unique_text
+from tests.fakes import FakeEmbeddings, FixedHits, long_text, make_pdf, tree_digest, unique_text
 
 
 def raw_collection(folder: Path, name: str = "hyde_lc"):
@@ -340,3 +339,12 @@ def test_the_vector_search_helpers_leave_pending_documents_out(two_docs, fake_em
         diverse = mmr_search(target, vector, 5, {"fetch_k": 40})
         assert _files(diverse) == {"shown.txt"} and all(d.metadata["score"] for d in diverse)
         assert _files(documents_by_id(target, ids)) == {"shown.txt"}
+
+
+def test_pages_count_includes_pages_inside_chunks(tmp_path, fake_embeddings):
+    short = "A short page about the lamp room and the lens, with a few words. " * 2
+    pdf = make_pdf(tmp_path / "s.pdf", [short, short, short])
+    store = open_store(tmp_path / "store", embeddings=fake_embeddings)
+    ingest_paths([pdf], store, chunk_size=1000, chunk_overlap=100, progress=False)
+    assert len(list(iter_metadatas(store))) == 1
+    assert collection_info(store)["documents"][0]["pages"] == 3
