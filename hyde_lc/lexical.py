@@ -489,20 +489,20 @@ def begin_write(vectorstore: Any) -> WriteTicket:
     """Mark a write to a hyde_lc collection as under way (call holding the write lock).
 
     The collection's generation becomes a *writing* token: readers keep searching the
-    index they have until `finish_write`. An index that was current stays current
-    (nothing searchable has changed yet).
+    index they have while the write is under way, and `finish_write` brings it up to
+    date. The index is not marked with that token: if the writer fails or is killed
+    before `finish_write`, the index no longer matches the collection and the next
+    reader rebuilds it (searches may already see part of the write).
     """
     from hyde_lc import store
 
     search = lexical_search_for(vectorstore, quiet=True)
     before = store.collection_state(vectorstore)
     current = search is not None and search.matches(before)
-    generation = store.renew_generation(vectorstore, writing=True)
+    store.renew_generation(vectorstore, writing=True)
     if search is None:
         search = lexical_search_for(vectorstore, quiet=True)  # the write created the collection
         current = search is not None and before == (None, 0) and len(search.index) == 0
-    if search is not None and current:
-        search.index.mark(generation)
     return WriteTicket(vectorstore, search, current)
 
 
