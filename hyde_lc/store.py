@@ -483,6 +483,9 @@ class HydeChroma(Chroma):
         """LangChain's ``get``, without chunks of pending versions."""
         return super().get(ids, visible_where(self, where), limit, offset, where_document, include)
 
+    # LangChain's writes renew the generation (even when they fail part-way), so the
+    # lexical index sees them although they may leave the chunk count as it was.
+
     def add_texts(
         self,
         texts: Iterable[str],
@@ -492,7 +495,28 @@ class HydeChroma(Chroma):
     ) -> list[str]:
         """LangChain's ``add_texts``; the first write creates the collection (model recorded)."""
         prepare_write(self)
-        return super().add_texts(texts, metadatas, ids, **kwargs)
+        try:
+            return super().add_texts(texts, metadatas, ids, **kwargs)
+        finally:
+            self._written()
+
+    def update_documents(self, ids: list[str], documents: list[Document]) -> None:
+        """LangChain's ``update_documents``."""
+        try:
+            super().update_documents(ids, documents)
+        finally:
+            self._written()
+
+    def delete(self, ids: list[str] | None = None, **kwargs: Any) -> None:
+        """LangChain's ``delete``."""
+        try:
+            super().delete(ids, **kwargs)
+        finally:
+            self._written()
+
+    def _written(self) -> None:
+        if self.existing_collection() is not None:
+            renew_generation(self, writing=False)
 
 
 class _UnbornCollection:
