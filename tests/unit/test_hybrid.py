@@ -9,10 +9,10 @@ from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore
 
 from hyde_lc.ingest import ingest_paths
-from hyde_lc.lexical import LexicalSearch, lexical_search_for
+from hyde_lc.lexical import LexicalSearch, lexical_query, lexical_search_for
 from hyde_lc.retriever import HyDERetriever
 from hyde_lc.store import WRITING, collection_state, lexical_folder, open_store
-from tests.conftest import FakeEmbeddings
+from tests.fakes import FakeEmbeddings, ScriptedChat, long_text
 
 TEXTS = {
     "lens.txt": "Augustin Fresnel designed a stepped lens of concentric prisms in 1822.",
@@ -66,8 +66,6 @@ def test_lexical_off_is_dense_only(store, fake_embeddings):
 
 
 def test_hypotheses_feed_the_lexical_query(store):
-    from tests.unit.test_retriever import ScriptedChat
-
     writer = ScriptedChat(replies=["Bakers rely on sourdough starters full of yeast."])
     retriever = HyDERetriever(vectorstore=store, hypothesis_llm=writer, k=1)
     result = retriever.retrieve_with_details("what makes bread rise")
@@ -93,8 +91,6 @@ def test_reingesting_a_changed_file_updates_the_index(store, folder):
 
 
 def search_terms(text):
-    from hyde_lc.lexical import lexical_query
-
     return lexical_query(text)
 
 
@@ -173,3 +169,94 @@ def test_a_chroma_collection_built_without_hyde_lc_is_searched(tmp_path, pass_em
     )
     assert retriever.invoke("who wound the clockwork")[0].id == "keeper.txt"
     assert dict(theirs._collection.metadata or {}) == metadata_before  # nothing written
+
+
+# -- the index through every kind of write ---------------------------------------------------
+
+
+def lexically_found(store, text: str, k: int = 10) -> set[str]:
+    """file_name of the chunks the lexical side finds for ``text``, as a new reader sees it."""
+    fresh = open_store(store.location.path, embeddings=store.embeddings)
+    search = lexical_search_for(fresh)
+    assert search is not None
+    ids = [chunk_id for chunk_id, _ in search.search(lexical_query(text), k)]
+    return {d.metadata["file_name"] for d in search.documents(ids)}
+
+
+def test_a_replacement_of_the_same_size_is_indexed_and_the_old_text_is_gone(store, folder):
+    # Same number of chunks before and after: only the generation can tell the index.
+    (folder / "fog.txt").write_text("Foghorns were replaced by electric diaphragm emitters.")
+    ingest_paths([folder], store, progress=False)
+    assert lexically_found(store, "diaphragm emitters") == {"fog.txt"}
+    assert lexically_found(store, "bells guns") == set()
+
+
+def test_a_failure_after_the_new_version_became_searchable_leaves_an_index_of_it(
+    tmp_path, fake_embeddings, monkeypatch
+):
+    import hyde_lc.ingest
+
+    doc = tmp_path / "big.txt"
+    doc.write_text(long_text(40, "old"))
+    settings = {"chunk_size": 200, "chunk_overlap": 20, "max_write": 12}
+    store = open_store(tmp_path / "store", embeddings=fake_embeddings)
+    ingest_paths([doc], store, progress=False, **settings)
+    doc.write_text(long_text(40, "new"))  # as many chunks: the count does not change
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("the store went away")
+
+    monkeypatch.setattr(hyde_lc.ingest, "delete_where", fail)  # removing the old version
+    with pytest.raises(RuntimeError):
+        ingest_paths([doc], store, progress=False, **settings)
+    monkeypatch.undo()
+    # The new version is what searches see now; so must the lexical side.
+    assert lexically_found(store, "new17") == {"big.txt"}
+    assert lexically_found(store, "old17") == set()
+    retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, k=1)
+    assert "new17." in retriever.invoke("new17")[0].page_content
+
+
+def test_chunks_deleted_through_the_store_leave_the_index(store):
+    (keeper,) = store.get(where={"file_name": "keeper.txt"})["ids"]
+    store.delete(ids=[keeper])
+    assert lexically_found(store, "clockwork wicks") == set()
+    retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, k=5)
+    assert "keeper.txt" not in names(retriever.invoke("clockwork wicks"))
+
+
+def test_a_chunk_rewritten_through_the_store_is_indexed_anew(store):
+    # A LangChain write through the hyde_lc store that keeps the count: an update in place.
+    (fog,) = store.get(where={"file_name": "fog.txt"})["ids"]
+    meta = store.get(ids=[fog])["metadatas"][0]
+    store.update_document(fog, Document("Radio beacons replaced the fog signals.", metadata=meta))
+    assert lexically_found(store, "radio beacons") == {"fog.txt"}
+    assert lexically_found(store, "horns bells guns") == set()
+
+
+def test_a_foreign_write_of_another_count_is_caught(store, fake_embeddings):
+    # Another program adds to the collection: the visible count differs, the index is rebuilt.
+    raw = chromadb.PersistentClient(path=str(store.location.path)).get_collection("hyde_lc")
+    raw.add(
+        ids=["outsider"],
+        documents=["Lighthouse tenders carried supplies to remote stations."],
+        embeddings=[fake_embeddings.embed_query("x")],
+        metadatas=[{"source": "outsider", "file_name": "outsider"}],
+    )
+    assert lexically_found(store, "tenders supplies") == {"outsider"}
+    raw.delete(ids=["outsider"])
+    assert lexically_found(store, "tenders supplies") == set()
+
+
+def test_a_reader_during_a_write_searches_the_index_as_it_is(store, folder):
+    from hyde_lc.store import renew_generation, write_lock
+
+    search = lexical_search_for(store)
+    assert search is not None and not search.ensure_current()
+    with write_lock(store):  # a writer at work (this process holds the lock)
+        renew_generation(store, writing=True)
+        assert not lexical_search_for(store).ensure_current()  # not rebuilt under the writer
+        assert lexically_found(store, "clockwork") == {"keeper.txt"}
+    # the writer is gone without finishing: the next reader rebuilds
+    assert lexical_search_for(store).ensure_current()
+    assert not lexical_search_for(store).ensure_current()  # and only once
