@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from hyde_lc.evaluation import read_records
-from tests.conftest import ROOT, SAMPLE_PDF
+from tests.fakes import ROOT
 
 pytestmark = pytest.mark.integration
 HYDE_LC = str(Path(sys.executable).parent / "hyde-lc")
@@ -26,14 +26,10 @@ RETRIEVAL = ("--mode", "standard", "--retrieval-only")
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    from hyde_lc import ingest_paths, open_store
-
-    store = tmp_path_factory.mktemp("store")
-    ingest_paths([SAMPLE_PDF], open_store(store), progress=False)
+def env(sample_store_dir):
     return {
         **{k: v for k, v in os.environ.items() if k != "HYDE_LC_PRICING"},
-        "HYDE_LC_STORE": str(store),
+        "HYDE_LC_STORE": str(sample_store_dir),  # read only: evaluate never writes to it
         "HYDE_LC_HYPOTHESIS_LLM": "local:smollm2-135m",
         "HYDE_LC_ANSWER_LLM": "local:smollm2-135m",
         "HYDE_LC_THREADS": os.environ.get("HYDE_LC_THREADS", "1"),
@@ -189,3 +185,21 @@ def test_compare_refuses_a_report_folder_made_with_other_settings(env, tmp_path)
     again = run(env, *args, "--k", "1", "--restart")
     assert again.returncode == 0, again.stderr
     assert [r["metadata"]["k"] for r in read_records(report / "standard.jsonl")] == [1]
+
+
+def test_records_without_the_lexical_settings_are_not_resumed(env, questions, tmp_path):
+    out = tmp_path / "out.jsonl"
+    args = ("evaluate", str(questions), "--out", str(out), "--k", "2", *RETRIEVAL)
+    first = run(env, *args, "--lexical", "off")
+    assert first.returncode == 0, first.stderr
+    assert {r["metadata"]["retrieval_method"] for r in read_records(out)} == {"standard"}
+    lines = []
+    for record in read_records(out):  # as written before the lexical settings existed
+        for name in ("lexical", "dense_weight", "hybrid_fusion", "lexical_query_repeats"):
+            record["metadata"]["settings"].pop(name)
+        lines.append(json.dumps(record) + "\n")
+    out.write_text("".join(lines), "utf-8")
+    before = out.read_bytes()
+    done = run(env, *args)  # hybrid by default now
+    refused(done, "retrieval_method: standard -> hybrid", "lexical: not recorded -> auto")
+    assert out.read_bytes() == before

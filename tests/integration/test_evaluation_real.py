@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from langchain_core.callbacks import UsageMetadataCallbackHandler
 
-from hyde_lc import ingest_paths, load_llm, open_store
+from hyde_lc import load_llm, open_store
 from hyde_lc.evaluation import EvaluationPipeline, read_records, score_records
-from tests.conftest import ROOT, SAMPLE_PDF
+from tests.fakes import ROOT
 
 pytestmark = pytest.mark.integration
 HYDE_LC = str(Path(sys.executable).parent / "hyde-lc")
@@ -22,10 +22,8 @@ TIMING_KEYS = {"execution_time", "hypothesis_time", "retrieval_time", "answer_ti
 
 
 @pytest.fixture(scope="module")
-def store_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("store")
-    ingest_paths([SAMPLE_PDF], open_store(folder), progress=False)
-    return folder
+def store_dir(sample_store_dir):
+    return sample_store_dir  # read only: evaluate and compare never write to the store
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +35,7 @@ def smol():
 def records(store_dir, smol):
     """Three real records; one model object serves both stages."""
     handler = UsageMetadataCallbackHandler()
-    pipeline = EvaluationPipeline(
+    pipeline = EvaluationPipeline.from_settings(
         store=open_store(store_dir),
         custom_hyde_llm=smol,
         custom_answer_llm=smol,
@@ -55,6 +53,7 @@ def test_real_model_tokens_are_per_stage_non_zero_and_distinct(records):
         meta = record["metadata"]
         hyp, emb, ans = (meta["stages"][s] for s in ("hypothesis", "embedding", "answer"))
         assert meta["fallback"] is None
+        assert meta["retrieval_method"] == "hybrid-hyde" and meta["lexical"] is True
         assert hyp["model_id"] == ans["model_id"] and ".gguf" in hyp["model_id"]
         for stage in (hyp, ans):
             assert stage["input_tokens"] > 0 and stage["output_tokens"] > 0
@@ -163,6 +162,6 @@ def test_cli_compare_writes_a_report(store_dir, tmp_path):
     assert summary["aggregates"]["standard"]["hypothesis_tokens_mean"] == 0
     assert summary["aggregates"]["hyde"]["hypothesis_tokens_mean"] > 0
     windowed = read_records(report / "hyde-window1.jsonl")
-    assert windowed[0]["metadata"]["retrieval_method"] == "hyde+window=1"
+    assert windowed[0]["metadata"]["retrieval_method"] == "hybrid-hyde+window=1"
     for name in ("metrics.png", "latency.png", "tokens.png"):
         assert (report / name).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
