@@ -7,8 +7,8 @@ import pytest
 from chromadb.config import Settings
 
 from hyde_lc.errors import IngestError, StoreUnavailableError
+from hyde_lc.retriever import HyDERetriever
 from hyde_lc.store import lost_server, server_url
-from tests.unit.test_retriever import store  # noqa: F401  (fixture)
 
 URL = "http://127.0.0.1:8123"
 
@@ -36,6 +36,10 @@ def _wrapped(inner: BaseException) -> IngestError:
         return outer
 
 
+def standard(store) -> HyDERetriever:
+    return HyDERetriever(vectorstore=store, n_hypotheses=0, k=2)
+
+
 def test_server_url_only_for_a_server():
     assert server_url(SERVED) == URL
     assert server_url(EMBEDDED) is None
@@ -57,7 +61,7 @@ def test_other_failures_are_not_a_lost_server():
     assert lost_server(EMBEDDED, _refused(f"{URL}/api")) is None
 
 
-def test_an_evaluation_run_stops_at_a_lost_server_and_resumes(tmp_path, store, monkeypatch):  # noqa: F811
+def test_an_evaluation_run_stops_at_a_lost_server_and_resumes(tmp_path, store, monkeypatch):
     import hyde_lc.store
     from hyde_lc.evaluation.records import EvaluationPipeline
     from hyde_lc.evaluation.runs import evaluate_questions, read_questions, read_records
@@ -67,8 +71,8 @@ def test_an_evaluation_run_stops_at_a_lost_server_and_resumes(tmp_path, store, m
     asked = read_questions(questions)
 
     class ServerDiesAfter(EvaluationPipeline):
-        def __init__(self, n, **kwargs):
-            super().__init__(**kwargs)
+        def __init__(self, n, retriever):
+            super().__init__(retriever)
             self.left = n
 
         def run(self, question, **kwargs):
@@ -80,18 +84,18 @@ def test_an_evaluation_run_stops_at_a_lost_server_and_resumes(tmp_path, store, m
     # The embedded test store stands in for a server at URL.
     monkeypatch.setattr(hyde_lc.store, "server_url", lambda _: URL)
     out = tmp_path / "out.jsonl"
-    dying = ServerDiesAfter(2, store=store, mode="standard", retrieval_only=True, k=2)
+    dying = ServerDiesAfter(2, standard(store))
     with pytest.raises(StoreUnavailableError, match=r"keeps the 2 records in .*out\.jsonl"):
         evaluate_questions(asked, dying, out, progress=False)
     assert [r["user_input"] for r in read_records(out)] == ["lamp 0?", "lamp 1?"]
 
-    again = EvaluationPipeline(store=store, mode="standard", retrieval_only=True, k=2)
+    again = EvaluationPipeline(standard(store))  # retrieval only: no answer model
     summary = evaluate_questions(asked, again, out, progress=False)
     assert (summary.done, summary.skipped, summary.failed) == (2, 2, 0)
     assert [r["user_input"] for r in read_records(out)] == [f"lamp {i}?" for i in range(4)]
 
 
-def test_other_failures_are_still_recorded_per_question(tmp_path, store):  # noqa: F811
+def test_other_failures_are_still_recorded_per_question(tmp_path, store):
     from hyde_lc.evaluation.records import EvaluationPipeline
     from hyde_lc.evaluation.runs import evaluate_questions, read_questions, read_records
 
@@ -102,7 +106,7 @@ def test_other_failures_are_still_recorded_per_question(tmp_path, store):  # noq
         def run(self, question, **kwargs):
             raise _wrapped(_refused("https://api.openai.com/v1/chat"))
 
-    pipeline = Refused(store=store, mode="standard", retrieval_only=True, k=2)
+    pipeline = Refused(standard(store))
     out = tmp_path / "out.jsonl"
     summary = evaluate_questions(read_questions(questions), pipeline, out, progress=False)
     assert summary.failed == 2

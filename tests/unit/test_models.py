@@ -12,6 +12,7 @@ from hyde_lc.models import (
     resolve_llm_spec,
 )
 from hyde_lc.weights import PackagedFile
+from tests.fakes import refused_url, silent_server
 
 
 @pytest.fixture(autouse=True)
@@ -137,8 +138,6 @@ def test_a_remote_context_size_is_recorded_for_the_answer_budget():
 
 
 def test_an_endpoint_that_never_replies_times_out_naming_the_url():
-    from tests.unit.endpoint_stubs import silent_server
-
     with silent_server() as url:
         llm = load_llm(f"openai:stuck@{url}", timeout=1, max_retries=0)
         with pytest.raises(ModelEndpointError) as caught, endpoint_errors(llm, role="answer"):
@@ -149,8 +148,6 @@ def test_an_endpoint_that_never_replies_times_out_naming_the_url():
 
 
 def test_a_refused_connection_names_the_url():
-    from tests.unit.endpoint_stubs import refused_url
-
     url = refused_url()
     llm = load_llm(f"openai:gone@{url}", timeout=5, max_retries=0)
     with pytest.raises(ModelEndpointError) as caught, endpoint_errors(llm, role="answer"):
@@ -159,8 +156,6 @@ def test_a_refused_connection_names_the_url():
 
 
 def test_embedding_endpoint_errors_name_the_url():
-    from tests.unit.endpoint_stubs import silent_server
-
     with silent_server() as url:
         emb = load_embeddings(f"openai:text-embedding-3-small@{url}", timeout=1, max_retries=0)
         with (
