@@ -8,7 +8,7 @@ UV     := $(BIN)/uv
 UV_INSTALL := $(UV) pip install --python $(BIN)/python --no-deps --require-hashes
 QUESTION ?= How did the Fresnel lens change lighthouses?
 
-.PHONY: demo test lint install install-demo lock check-extras clean-store
+.PHONY: demo test lint install install-demo lock check-extras notebooks clean-store
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,10 @@ LOCK_EXTRAS := local eval multilingual notebooks peers dev
 # Each extra installed alone in a clean venv (held to the lock), then used.
 check-extras: install
 	scripts/check_extras.sh $(EXTRAS)
+
+# Re-run the notebooks on the small local model and store them with their outputs.
+notebooks: install
+	$(BIN)/python scripts/store_notebooks.py
 
 lock: $(BIN)/python
 	$(UV) pip compile pyproject.toml $(LOCK_EXTRAS:%=--extra %) \
