@@ -18,7 +18,8 @@ EXTRAS=("$@")
 [ ${#EXTRAS[@]} -gt 0 ] || EXTRAS=(core local eval multilingual notebooks peers)
 
 rm -rf "$WORK" && mkdir -p "$WORK/dist"
-"$UV" build --quiet --wheel --out-dir "$WORK/dist" "$ROOT"
+# the wheel is built from the sdist, as an index would serve it (no stale build/ files)
+"$UV" build --quiet --out-dir "$WORK/dist" "$ROOT"
 WHEEL=$(ls "$WORK"/dist/hyde_lc-*.whl)
 
 # What each extra promises, used as a user would (run from outside the source tree, so
