@@ -2,9 +2,10 @@
 
 `hyde-lc speed` times the real pipeline, where llama.cpp runs in the same process. This
 script isolates what the package itself costs around the LLM: the same
-`EvaluationPipeline` (HyDE, one hypothesis, retrieval only) over the first ``--docs``
-SciFact abstracts, with a fake writer that answers instantly, with and without neighbour
-expansion. ``retrieval_time`` is the record's wall time minus the hypothesis.
+`EvaluationPipeline` (the default configuration, hybrid HyDE with one hypothesis, or dense
+HyDE with ``--lexical off``; retrieval only) over the first ``--docs`` SciFact abstracts,
+with a fake writer that answers instantly, with and without neighbour expansion.
+``retrieval_time`` is the record's wall time minus the hypothesis.
 
 ``--writer local:qwen2.5-coder-1.5b`` uses the real writer instead, and ``--poll`` sets
 llama.cpp's busy-wait level, to test whether the engine's spinning threads slow the
@@ -27,6 +28,7 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from hyde_lc import ingest_paths, load_embeddings, load_llm, open_store
 from hyde_lc.bench.beir import load_beir
 from hyde_lc.evaluation import EvaluationPipeline
+from hyde_lc.store import visible_count
 
 HYPOTHESIS = (
     "Tissue-resident macrophages arise from embryonic progenitors in the yolk sac and the "
@@ -44,6 +46,7 @@ def main() -> None:
     parser.add_argument("--poll", type=int, default=50, help="llama.cpp busy-wait, 0-100")
     parser.add_argument("--windows", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--work", type=Path, help="keep the ingested collection here")
+    parser.add_argument("--lexical", choices=("auto", "off"), default="auto")
     args = parser.parse_args()
 
     data = load_beir(args.data)
@@ -53,7 +56,7 @@ def main() -> None:
         (work / "docs" / f"{doc_id}.txt").write_text(text, "utf-8")
     store = open_store(work / "store", embeddings=load_embeddings())
     ingest_paths([work / "docs"], store, progress=False)
-    chunks = store._collection.count()
+    chunks = visible_count(store)
     writer = (
         load_llm(args.writer, role="hypothesis", poll=args.poll)
         if args.writer
@@ -62,8 +65,12 @@ def main() -> None:
     questions = list(data.queries.values())[: args.queries + 1]
     rows = []
     for window in args.windows:
-        pipeline = EvaluationPipeline(
-            store=store, custom_hyde_llm=writer, retrieval_only=True, window=window
+        pipeline = EvaluationPipeline.from_settings(
+            store=store,
+            custom_hyde_llm=writer,
+            retrieval_only=True,
+            window=window,
+            lexical=args.lexical,
         )
         pipeline.run(questions[0])  # warm-up
         times = [1000 * pipeline.run(q)["metadata"]["retrieval_time"] for q in questions[1:]]
@@ -71,12 +78,13 @@ def main() -> None:
         rows.append(
             {
                 "window": window,
+                "retrieval_method": pipeline.retrieval_method,
                 "p50_ms": round(statistics.median(times), 1),
                 "p95_ms": round(cuts[-1], 1),
                 "mean_ms": round(statistics.fmean(times), 1),
             }
         )
-        print(f"chunks {chunks}, window {window}: {rows[-1]}")
+        print(f"chunks {chunks}, {pipeline.retrieval_method}: {rows[-1]}")
     if args.out:
         writer_name = args.writer and f"{args.writer} (poll {args.poll})"
         result = {"chunks": chunks, "queries": args.queries, "writer": writer_name, "rows": rows}
