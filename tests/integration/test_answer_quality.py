@@ -13,9 +13,8 @@ import os
 import pytest
 
 from benchmarks.sample_qa import QUESTIONS, abstained, answered
-from hyde_lc import HyDERetriever, build_answer_chain, ingest_paths, load_llm, open_store
+from hyde_lc import HyDERetriever, build_answer_chain, load_llm
 from hyde_lc.models import DEFAULT_LLM
-from tests.conftest import SAMPLE_PDF
 
 pytestmark = [
     pytest.mark.integration,
@@ -27,9 +26,8 @@ pytestmark = [
 ]
 
 
-def test_default_model_answers_from_the_document(tmp_path):
-    store = open_store(tmp_path / "store")
-    ingest_paths([SAMPLE_PDF], store, progress=False)
+def test_default_model_answers_from_the_document(sample_store):
+    store = sample_store
     writer = load_llm(DEFAULT_LLM, role="hypothesis")
     chain = build_answer_chain(
         HyDERetriever(vectorstore=store, hypothesis_llm=writer, k=4),

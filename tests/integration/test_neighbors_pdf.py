@@ -4,20 +4,17 @@ import itertools
 
 import pytest
 
-from hyde_lc import NeighborExpandingRetriever, ingest_paths, open_store
+from hyde_lc import HyDERetriever, NeighborExpandingRetriever
 from hyde_lc.ingest import load_document
 from hyde_lc.store import iter_metadatas
-from tests.conftest import SAMPLE_PDF
-from tests.unit.test_neighbors import FixedHits
+from tests.fakes import SAMPLE_PDF, FixedHits
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    st = open_store(tmp_path_factory.mktemp("store"))
-    ingest_paths([SAMPLE_PDF], st, chunk_size=400, chunk_overlap=100, progress=False)
-    return st
+@pytest.fixture
+def store(sample_store):
+    return sample_store
 
 
 @pytest.fixture(scope="module")
@@ -72,3 +69,15 @@ def test_expansion_adds_context_at_equal_k(store):
     assert sum(map(len, (d.page_content for d in wide))) > sum(
         map(len, (d.page_content for d in plain))
     )
+
+
+def test_hybrid_hyde_base_windows_the_pdf(store, document_text):
+    base = HyDERetriever(vectorstore=store, n_hypotheses=0, k=3)
+    result = NeighborExpandingRetriever(base_retriever=base, k=2).retrieve_with_details(
+        "What did Grace Darling do in 1838?"
+    )
+    assert result.label == "hybrid+window=1" and result.lexical
+    assert any("Grace Darling" in d.page_content for d in result.documents)
+    for doc in result.documents:
+        start = doc.metadata["start_index"]
+        assert doc.page_content == document_text[start : start + len(doc.page_content)]
