@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, SHARED
+from tests.fakes import ROOT, SHARED
 
 pytestmark = pytest.mark.integration
 SCIFACT = SHARED / "data" / "scifact"
@@ -24,27 +24,12 @@ def test_bench_cli_on_twenty_scifact_queries(tmp_path):
     out = tmp_path / "bench"
     command = [
         str(Path(sys.executable).parent / "hyde-lc"),
-        "bench",
-        str(SCIFACT),
-        "--limit",
-        "20",
-        "--modes",
-        "standard",
-        "mean+q",
-        "rrf",
-        "--n",
-        "1",
-        "--prompts",
-        "scifact",
-        "--llm",
-        "local:smollm2-135m",
-        "--max-tokens",
-        "96",
-        "--hypothesis-cache",
-        str(tmp_path / "hyp.sqlite"),
-        "--out",
-        str(out),
-    ]
+        "bench", str(SCIFACT), "--limit", "20",
+        "--modes", "default", "mean+q", "rrf", "--n", "1", "--prompts", "scifact",
+        "--llm", "local:smollm2-135m", "--max-tokens", "96",
+        "--hypothesis-cache", str(tmp_path / "hyp.sqlite"),
+        "--out", str(out),
+    ]  # fmt: skip
     done = subprocess.run(
         command,
         capture_output=True,
@@ -54,13 +39,26 @@ def test_bench_cli_on_twenty_scifact_queries(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads((out / "results.json").read_text())
-    names = [r["mode"]["name"] for r in report["results"]]
-    assert names == ["standard", "mean+q n=1 scifact", "rrf n=1 scifact"]
+    rows = report["results"]
+    assert [r["label"] for r in rows] == [
+        "standard",
+        "bm25",
+        "hybrid",
+        "hybrid-hyde",
+        "hyde(prompt=scifact)",
+        "hyde(fusion=rrf,prompt=scifact)",
+    ]
+    assert [r["default"] for r in rows] == [False, False, False, True, False, False]
     assert report["meta"]["queries"] == 20 and report["meta"]["llm"] == "local:smollm2-135m"
-    standard = report["results"][0]["per_query_ndcg"]
+    standard = rows[0]["per_query_ndcg"]
     full = json.loads(FULL_RUN.read_text())["results"][0]["per_query_ndcg"]
     assert standard == pytest.approx({q: full[q] for q in standard})  # same queries, same scores
-    for hyde in report["results"][1:]:
-        assert hyde["fallbacks"] < 20 and hyde["delta_ci"] is not None
+    no_llm = max(rows[:3], key=lambda r: r["metrics"]["nDCG@10"])["label"]
+    for row in rows[1:]:
+        assert row["vs_dense"]["reference"] == "standard"
+    for row in rows[3:]:
+        assert row["fallbacks"] < 20 and row["vs_best_no_llm"]["reference"] == no_llm
+        low, high = row["vs_dense"]["ci"]
+        assert low <= row["vs_dense"]["delta"] <= high
     assert (out / "ndcg.png").read_bytes()[:4] == b"\x89PNG"
-    assert "| standard |" in done.stdout
+    assert "| standard |" in done.stdout and "| **hybrid-hyde** (default) |" in done.stdout

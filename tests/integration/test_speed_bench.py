@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SHARED
+from tests.fakes import SHARED
 
 pytestmark = pytest.mark.integration
 SCIFACT = SHARED / "data" / "scifact"
@@ -40,7 +40,7 @@ def test_speed_cli_on_a_small_slice(tmp_path):
     assert ingest["ratio"] > 0 and ingest["embed_chunks_per_s"] > 0
 
     query = result["query"]
-    assert query["retrieval_method"] == "hyde+window=1"
+    assert query["retrieval_method"] == "hybrid-hyde+window=1"
     assert query["collection_chunks"] == ingest["chunks"]
     expected = {"hypothesis", "embedding", "search", "expansion", "answer", "total"}
     expected |= {"retrieval outside the LLM", "retrieval outside the LLM and embedder"}
