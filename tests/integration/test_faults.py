@@ -21,22 +21,25 @@ import subprocess
 import sys
 import threading
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.fakes import ROOT
+from tests.integration.corpus import (
+    CHUNK_OVERLAP,
+    CHUNK_SIZE,
+    WORDS,
+    Items,
+    documents,
+    half_written,
+    write_corpus,
+)
+
 pytestmark = pytest.mark.integration
 
 HYDE_LC = str(Path(sys.executable).parent / "hyde-lc")
-CHUNK_SIZE, CHUNK_OVERLAP = 400, 40
-WORDS = [
-    "lamp", "lens", "keeper", "tower", "reef", "beacon", "flash", "signal", "harbour", "storm",
-    "fog", "horn", "prism", "mirror", "oil", "wick", "clockwork", "shutter", "gallery",
-    "lantern", "rock", "coast", "ship", "pilot", "chart", "tide", "wave", "granite", "iron",
-    "copper", "glass", "brass", "mercury", "rotation", "beam", "range", "order",
-]  # fmt: skip
 # The python-API runs embed 2 chunks at a time, so a document of several chunks takes
 # several embedding calls (and, before writes became one call per document, several
 # write calls: a kill between them left half a document searchable).
@@ -46,25 +49,6 @@ from hyde_lc import ingest_paths, open_store
 ingest_paths(sys.argv[2:], open_store(sys.argv[1]), chunk_size={CHUNK_SIZE},
              chunk_overlap={CHUNK_OVERLAP}, batch_size=2, progress=False)
 """
-
-Items = dict[str, tuple[str, dict]]
-
-
-def write_corpus(folder: Path, names: list[str], sentences: int = 22) -> list[Path]:
-    """Small text files of varied words (22 sentences: about 6 chunks of 400 characters)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name in names:
-        rng = random.Random(name)
-        lines = [
-            " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 14))).capitalize() + "."
-            for _ in range(sentences)
-        ]
-        body = "\n\n".join(" ".join(lines[i : i + 4]) for i in range(0, len(lines), 4))
-        path = folder / name
-        path.write_text(f"# {name}\n\n{body}", encoding="utf-8")
-        paths.append(path.resolve())
-    return paths
 
 
 def child_env() -> dict[str, str]:
@@ -113,24 +97,6 @@ def contents(store: Path) -> Items:
         id_: (text, dict(meta))
         for id_, text, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True)
     }
-
-
-def documents(items: Items) -> dict[tuple[str, str], list[int]]:
-    """(source, doc_id) -> the chunk indexes present, sorted."""
-    out: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for _, meta in items.values():
-        out[(meta["source"], meta["doc_id"])].append(int(meta["chunk_index"]))
-    return {key: sorted(indexes) for key, indexes in out.items()}
-
-
-def half_written(items: Items) -> list[str]:
-    """Documents whose chunks are not exactly 0..chunk_count-1, once each."""
-    counts = {(m["source"], m["doc_id"]): int(m["chunk_count"]) for _, m in items.values()}
-    return [
-        f"{Path(source).name}: chunks {indexes} of {counts[(source, doc_id)]}"
-        for (source, doc_id), indexes in documents(items).items()
-        if indexes != list(range(counts[(source, doc_id)]))
-    ]
 
 
 def assert_complete_exactly_once(store: Path, paths: list[Path]) -> Items:
@@ -217,9 +183,12 @@ def test_two_processes_ingesting_at_once_write_each_document_once(tmp_path):
             cli_ingest(store, files, stderr=log.open("w"))
             for files, log in ((only_a + both, logs[0]), (both + only_b, logs[1]))
         ]
-        deadline = time.monotonic() + 120
+        # a bound for a stuck start (a loaded machine takes a minute or more), not a timing
+        deadline = time.monotonic() + 900
         while not all("waiting for it to finish" in log.read_text() for log in logs):
-            assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+            assert all(p.poll() is None for p in procs), [log.read_text() for log in logs]
+            if time.monotonic() > deadline:
+                pytest.fail("the two ingests never both reached the write lock")
             time.sleep(0.1)
         fcntl.flock(lock, fcntl.LOCK_UN)
     outs = [finish(proc)[0] for proc in procs]
@@ -275,7 +244,7 @@ LARGE_INGEST = """
 import json, sys, time
 sys.path.insert(0, {root!r})
 from hyde_lc import ingest_paths, open_store
-from tests.conftest import FakeEmbeddings
+from tests.fakes import FakeEmbeddings
 
 class Slow(FakeEmbeddings):
     def embed_documents(self, texts):
@@ -291,8 +260,6 @@ print(json.dumps([vars(f) for f in report.files]))
 
 def large_ingest(store: Path, path: Path, delay: float) -> subprocess.Popen:
     """``ingest_paths`` of one file in a child: 200-character chunks, at most 40 per write."""
-    from tests.conftest import ROOT
-
     script = LARGE_INGEST.format(root=str(ROOT))
     return subprocess.Popen(
         [sys.executable, "-c", script, str(store), str(path), str(delay)],
@@ -308,7 +275,7 @@ def fresh_store(store: Path):
     from chromadb.api.shared_system_client import SharedSystemClient
 
     from hyde_lc import open_store
-    from tests.conftest import FakeEmbeddings
+    from tests.fakes import FakeEmbeddings
 
     SharedSystemClient.clear_system_cache()
     return open_store(store, embeddings=FakeEmbeddings(size=32))
@@ -317,6 +284,7 @@ def fresh_store(store: Path):
 def test_a_large_document_killed_mid_write_stays_hidden_and_the_rerun_resumes(tmp_path):
     from hyde_lc import HyDERetriever, collection_info
     from hyde_lc.ingest import load_document, split_document
+    from hyde_lc.lexical import lexical_query, lexical_search_for
 
     path = write_corpus(tmp_path / "docs", ["big.md"], sentences=1800)[0]
     store = tmp_path / "store"
@@ -366,6 +334,11 @@ def test_a_large_document_killed_mid_write_stays_hidden_and_the_rerun_resumes(tm
     assert sorted(items) == sorted(c.id for c in new)
     assert collection_info(fresh_store(store))["incomplete"] == []
     assert_complete_exactly_once(store, [path])
+    # The lexical side caught up with the kill and the rerun: it finds the new first chunk.
+    search = lexical_search_for(fresh_store(store))
+    assert search is not None
+    hits = search.search(lexical_query("Edited: the keeper's log, second copy."), k=1)
+    assert [chunk_id for chunk_id, _ in hits] == [new[0].id]
 
 
 # -- permissions, pipes and servers that never answer -------------------------------------------
@@ -442,10 +415,13 @@ def test_an_unreadable_sub_folder_is_reported(tmp_path):
         done = run_cli(["ingest", str(docs), "--store", str(tmp_path / "store")], prefix)
     finally:
         (docs / "locked").chmod(0o755)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # the rest ingested, one folder passed over
     assert "a.md" in done.stdout
-    assert f"{docs / 'locked'}" in done.stdout
-    assert "folder skipped: cannot read it (Permission denied)" in done.stdout
+    assert (
+        f"1 item(s) inside the folders were passed over (see their notes): {docs / 'locked'}"
+        in done.stderr
+    )
+    assert f"{docs / 'locked'}: folder skipped: cannot read it (Permission denied)" in done.stderr
 
 
 def test_a_pipe_named_on_the_command_line_is_refused(tmp_path):
