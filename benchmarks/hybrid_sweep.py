@@ -45,8 +45,25 @@ class Config:
     n: int = 0  # hypotheses used (0: no LLM)
     query_weight: float | None = 0.8  # dense HyDE: the query's share of the mean
     repeats: int = 5  # lexical HyDE: question repeats against the hypotheses
-    fusion: str = "score"  # "score" | "rrf"
+    fusion: str = "score"  # "score" | "zscore" | "rrf"
     alpha: float = 0.5  # dense weight in the fusion (lexical: 1 - alpha)
+    depth: int = DEPTH  # candidates taken from each list before fusing
+
+
+def zscore_fusion(scored: list[list[tuple[str, float]]], weights: list[float]) -> list[tuple[str, float]]:
+    """Each list standardised over its own candidates (mean 0, sd 1), missing = its minimum."""
+    fused: dict[str, float] = {}
+    for items, weight in zip(scored, weights, strict=True):
+        values = np.asarray([v for _, v in items], dtype=float)
+        mean, sd = float(values.mean()), float(values.std()) or 1.0
+        floor = (float(values.min()) - mean) / sd
+        seen = dict(items)
+        for item in set(fused) | set(seen):
+            z = (seen[item] - mean) / sd if item in seen else floor
+            fused[item] = fused.get(item, 0.0) + weight * z
+        for item in set(fused) - set(seen):
+            pass
+    return sorted(fused.items(), key=lambda pair: pair[1], reverse=True)
 
 
 def cached_hypotheses(cache, llm_string: str, prompt: str, question: str, n: int) -> list[str]:
@@ -71,6 +88,12 @@ def main() -> None:
     parser.add_argument("--prompt", default="generic")
     parser.add_argument("--max-n", type=int, default=4)
     parser.add_argument("--grid", action="store_true", help="the full grid (train); else a short list")
+    parser.add_argument(
+        "--truncate-tokens",
+        type=int,
+        help="cut each cached hypothesis to its first N tokens (the writer's own tokenizer): "
+        "what generating with max_tokens=N would have given, since sampling stops there",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
 
@@ -90,6 +113,9 @@ def main() -> None:
         q: cached_hypotheses(cache, llm_string, args.prompt, text, args.max_n)
         for q, text in questions
     }
+    if args.truncate_tokens:
+        cut = truncator(args.llm, args.truncate_tokens)
+        hyps = {q: [cut(h) for h in texts] for q, texts in hyps.items()}
     have = {n: [q for q, _ in questions if len(hyps[q]) >= n] for n in range(1, args.max_n + 1)}
     print({n: len(qs) for n, qs in have.items()}, "queries with n cached hypotheses")
     qvec = dict(zip(data.queries, embeddings.embed_documents(list(data.queries.values())), strict=True))
@@ -107,12 +133,12 @@ def main() -> None:
             vector = fuse_mean(vectors, weights)
         else:
             vector = qvec[q]
-        docs = dense_index.similarity_search_by_vector(vector, k=DEPTH)
+        docs = dense_index.similarity_search_by_vector(vector, k=max(cfg.depth, DEPTH))
         return [(str(d.id), float(d.metadata["score"])) for d in docs]
 
     def lex(q: str, cfg: Config) -> list[tuple[str, float]]:
         used = hyps[q][: cfg.n] if cfg.lexical == "hyde" else []
-        return lexical.search(lexical_query(data.queries[q], used, cfg.repeats), k=DEPTH)
+        return lexical.search(lexical_query(data.queries[q], used, cfg.repeats), k=max(cfg.depth, DEPTH))
 
     def run(cfg: Config) -> dict[str, list[tuple[str, float]]]:
         out = {}
@@ -124,12 +150,14 @@ def main() -> None:
                 lists.append(lex(q, cfg))
             if len(lists) == 1:
                 ranked = lists[0]
+            elif cfg.fusion == "zscore":
+                ranked = zscore_fusion([lst[: cfg.depth] for lst in lists], [cfg.alpha, 1 - cfg.alpha])
             elif cfg.fusion == "rrf":
                 ranked = reciprocal_rank_fusion(
                     [[i for i, _ in lst] for lst in lists], weights=[cfg.alpha, 1 - cfg.alpha]
                 )
             else:
-                ranked = score_fusion(lists, [cfg.alpha, 1 - cfg.alpha])
+                ranked = score_fusion([lst[: cfg.depth] for lst in lists], [cfg.alpha, 1 - cfg.alpha])
             out[q] = [(doc, float(DEPTH - r)) for r, (doc, _) in enumerate(ranked[:DEPTH])]
         return out
 
@@ -147,6 +175,20 @@ def main() -> None:
         results.append({"config": cfg.__dict__, "metrics": metrics, "per_query": per_query})
         print(f"{cfg.name:60} nDCG@10 {100 * metrics['nDCG@10']:.1f}")
     write(results, args, data, time.perf_counter() - started, compare_to)
+
+
+def truncator(llm_spec: str, tokens: int) -> Callable[[str], str]:
+    """A function cutting text to its first ``tokens`` tokens of the local writer's tokenizer."""
+    llm = load_llm(llm_spec, role="hypothesis")
+    engine = llm._engine()  # the loaded llama.cpp engine: its own /tokenize and /detokenize
+
+    def cut(text: str) -> str:
+        ids = engine.post("/tokenize", {"content": text})["tokens"]
+        if len(ids) <= tokens:
+            return text
+        return str(engine.post("/detokenize", {"tokens": ids[:tokens]})["content"]).strip()
+
+    return cut
 
 
 def compare_to(results: list[dict]) -> None:
@@ -177,7 +219,15 @@ def build_configs(grid: bool, max_n: int) -> list[Config]:
     alphas = (0.3, 0.4, 0.5, 0.6, 0.7) if grid else (0.5,)
     if grid:
         configs += [Config(f"hybrid score a={a}", "query", "query", alpha=a) for a in alphas if a != 0.5]
-    ns = range(1, max_n + 1) if grid else (1, max_n)
+        configs += [
+            Config(f"hybrid score a={a} depth={d}", "query", "query", alpha=a, depth=d)
+            for a in (0.4, 0.5, 0.6) for d in (20, 50, 200, 1000)
+        ]
+        configs += [
+            Config(f"hybrid zscore a={a}", "query", "query", fusion="zscore", alpha=a)
+            for a in (0.3, 0.4, 0.5, 0.6, 0.7)
+        ]
+    ns = range(1, max_n + 1) if grid else sorted({1, max_n})
     for n in ns:
         configs += [
             Config(f"dense hyde w=0.8 n={n}", "hyde", None, n),
@@ -204,6 +254,7 @@ def write(results: list[dict], args: argparse.Namespace, data, seconds: float, f
     meta = {
         "dataset": data.name, "split": args.split, "queries": len(data.queries),
         "hypothesis_cache": str(args.hypothesis_cache), "llm": args.llm, "prompt": args.prompt,
+        "truncate_tokens": args.truncate_tokens,
         "seconds": round(seconds, 1), "date": time.strftime("%Y-%m-%d"),
     }
     (args.out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))

@@ -34,13 +34,42 @@ class HypothesisPrompt:
     source: str
 
     def render(self, question: str, length_hint: int | None = None) -> str:
-        """Fill in the question (as data: braces in it are not interpreted)."""
+        """Fill in the question (as data: braces in it are not interpreted).
+
+        A question in another language than English gets a line asking for the passage
+        in that language (`language_line`), so that it matches documents written in it.
+        """
         text = self.template.replace("{question}", question)
+        hints = [line for line in (language_line(question),) if line]
         if length_hint:
+            hints.append(f"Write about {length_hint} characters.")
+        if hints:
             head, sep, tail = text.rpartition("\n")
-            hint = f"Write about {length_hint} characters."
+            hint = " ".join(hints)
             text = f"{head}\n{hint}{sep}{tail}" if sep else f"{text}\n{hint}"
         return text
+
+
+def language_line(question: str) -> str | None:
+    """ "Write the passage in Chinese." for a question in a script other than Latin.
+
+    Small writers otherwise often answer a Chinese question in English, and an English
+    passage matches Chinese documents poorly. Latin-script questions get no line: the
+    script does not say which language they are in (a short English claim full of
+    gene names reads like no language at all), and writers answer them in kind.
+
+    Example:
+        >>> language_line("灯塔的透镜是谁发明的？")
+        'Write the passage in Chinese.'
+        >>> language_line("5'-nucleotidase metabolizes 6MP.") is None
+        True
+
+    """
+    from hyde_lc.language import dominant_script, question_language
+
+    if dominant_script(question) in ("latin", "unknown"):
+        return None
+    return f"Write the passage in {question_language(question)}."
 
 
 def _paper(name: str, instruction: str, label: str = "Question") -> HypothesisPrompt:

@@ -236,13 +236,13 @@ class DetailedRetriever(BaseRetriever):
 
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     def __init__(self, **data: Any) -> None:
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            raise InvalidSettingError(_settings_message(type(self).__name__, exc)) from None
+            raise InvalidSettingError(_settings_message(type(self), exc)) from None
 
     def for_repeated_calls(self) -> DetailedRetriever:
         """The retriever set up to be called several times for one query.
@@ -323,15 +323,18 @@ class DetailedRetriever(BaseRetriever):
         return result
 
 
-def _settings_message(owner: str, exc: ValidationError) -> str:
+def _settings_message(owner: type, exc: ValidationError) -> str:
     """One line per invalid setting, in the package's words (pydantic's prefix removed)."""
     parts = []
     for error in exc.errors():
         where = ".".join(str(p) for p in error.get("loc", ()))
         message = str(error.get("msg", "")).removeprefix("Value error, ")
+        if error.get("type") == "extra_forbidden":
+            known = ", ".join(sorted(getattr(owner, "model_fields", {})))
+            message = f"{where}: no such setting (the settings are: {known})"
         # a check of several settings together has no location: its message names them
         parts.append(message if not where or message.startswith(where) else f"{where}: {message}")
-    return f"invalid {owner} settings: " + "; ".join(parts)
+    return f"invalid {owner.__name__} settings: " + "; ".join(parts)
 
 
 def valid_k(value: Any) -> int:
@@ -381,7 +384,11 @@ class HyDERetriever(DetailedRetriever):
     """Documents returned (at least 1); ``invoke(q, k=N)`` overrides it per call. A ``k``
     larger than the collection returns every chunk there is (fewer than ``k``)."""
     n_hypotheses: int = 1
-    """Passages generated per prompt (0 to `MAX_HYPOTHESES`); 0 means no LLM at all."""
+    """Passages generated per prompt (0 to `MAX_HYPOTHESES`); 0 means no LLM at all.
+
+    Without a ``hypothesis_llm`` the default is 0: the retriever then searches the
+    question itself (hybrid where the store has a lexical index), which is what measured
+    best on SciFact with the local writers (BENCHMARKS.md)."""
     fusion: Fusion = "mean"
     """How query and hypotheses make the dense search: ``mean``, ``concat`` or ``rrf``."""
     include_query: bool = True
@@ -496,6 +503,8 @@ class HyDERetriever(DetailedRetriever):
 
     @model_validator(mode="after")
     def _check_combination(self) -> HyDERetriever:
+        if "n_hypotheses" not in self.model_fields_set and self.hypothesis_llm is None:
+            self.n_hypotheses = 0  # no writer given: search the question itself
         if self.n_hypotheses and self.hypothesis_llm is None:
             raise InvalidSettingError(
                 "n_hypotheses > 0 needs a hypothesis_llm (or set n_hypotheses=0)"

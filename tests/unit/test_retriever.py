@@ -349,7 +349,8 @@ def test_zero_hypotheses_is_standard_retrieval(store):
         ({"hybrid_fusion": "max"}, "score, rrf"),
         ({"lexical": "bm25"}, "'auto', 'off' or a LexicalSearch"),
         ({"timeout": 0}, "timeout must be a positive number"),
-        ({"hypothesis_llm": None}, "needs a hypothesis_llm"),
+        ({"hypothesis_llm": None, "n_hypotheses": 1}, "needs a hypothesis_llm"),
+        ({"fusoin": "rrf"}, "fusoin: no such setting"),
         ({"rrf_candidates": 0}, "rrf_candidates must be at least 1"),
         ({"max_query_chars": 0}, "max_query_chars must be at least 1"),
     ],
@@ -701,3 +702,10 @@ def test_mmr_and_metadata_filter(store):
 
 # Other test modules still import the fixture from here; it lives in tests/unit/conftest.py.
 store = unit_conftest.store
+
+
+def test_without_a_writer_the_retriever_searches_the_question_itself(store):
+    retriever = HyDERetriever(vectorstore=store)  # no hypothesis_llm: the measured default
+    result = retriever.retrieve_with_details(TOPICS[1])
+    assert retriever.n_hypotheses == 0 and result.hypotheses == []
+    assert result.label == "hybrid" and result.documents[0].page_content == TOPICS[1]
