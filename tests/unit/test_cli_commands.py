@@ -244,6 +244,33 @@ def test_an_embedding_endpoint_that_fails_exits_2_naming_it(capsys, tmp_path, mo
     assert f"the embedding model emb at {url} rejected the API key" in err
 
 
+# -- evaluate --------------------------------------------------------------------------------
+
+
+def test_evaluate_builds_the_configuration_its_options_name(capsys, store_dir, models, tmp_path):
+    questions = tmp_path / "q.jsonl"
+    rows = [{"question": "How do lenses bend light?", "reference": "With prisms."}] * 2
+    questions.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    runs = {
+        "standard.jsonl": (["--mode", "standard"], "hybrid"),
+        "dense.jsonl": (["--mode", "standard", "--lexical", "off"], "standard"),
+        "hyde.jsonl": (
+            ["--n-hypotheses", "2", "--query-weight", "paper"],
+            "hybrid-hyde(w=paper,n=2)",
+        ),
+    }
+    for name, (options, label) in runs.items():
+        out = tmp_path / name
+        code, stdout, err = run(
+            capsys, "evaluate", str(questions), "--out", str(out), "--store", str(store_dir),
+            "--retrieval-only", *options,
+        )  # fmt: skip
+        assert code == 0, err
+        assert stdout.startswith(f"{label}: 2 answered")
+        records = [json.loads(line) for line in out.read_text().splitlines()]
+        assert [r["metadata"]["retrieval_method"] for r in records] == [label, label]
+
+
 # -- ingest and info ---------------------------------------------------------------------------
 
 
