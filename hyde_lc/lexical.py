@@ -170,11 +170,21 @@ class LexicalIndex:
 
     @classmethod
     def open(cls, path: Path) -> LexicalIndex:
-        """Open (or create) the index in ``path``; a folder of another layout is cleared."""
-        state = read_state(path)
-        if path.exists() and (state is None or state.format != FORMAT):
-            shutil.rmtree(path)
-        return cls(path)
+        """Open (or create) the index in ``path``; a folder of another layout is cleared.
+
+        Under the folder's lock, and a new index records its layout at once: an index
+        another thread or process has just created (and is filling) is never taken for
+        one of another layout.
+        """
+        with _folder_lock(path):
+            state = read_state(path)
+            fresh = state is None or state.format != FORMAT
+            if fresh and path.exists():
+                shutil.rmtree(path)
+            index = cls(path)
+            if fresh:
+                index.mark(None)  # no generation: stale until built from its collection
+        return index
 
     # -- writing -----------------------------------------------------------------------
 
