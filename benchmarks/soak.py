@@ -328,7 +328,7 @@ def soak_mode(
             "skipped": skipped,
             "concurrency": concurrency,
             "k": k,
-            "retrieval_mode": retriever.mode,
+            "retrieval_mode": retriever.label,
             "errors": len(errors),
             "error_samples": errors[:10],
             "seconds": round(wall, 2),

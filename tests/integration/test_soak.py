@@ -37,7 +37,7 @@ def test_small_soak_in_both_client_modes(tmp_path):
         assert row["chunks"] == 2000
         assert row["errors"] == 0, row["error_samples"]
         assert row["skipped"] == 0 and row["completed"] == 100
-        assert row["retrieval_mode"] == "standard" and row["k"] == 10
+        assert row["retrieval_mode"] == "hybrid" and row["k"] == 10  # no LLM, BM25 beside
         latency = row["latency"]
         assert 0 < latency["p50_ms"] <= latency["p95_ms"] <= latency["p99_ms"] <= latency["max_ms"]
         for memory in row["memory_mb"].values():
@@ -58,6 +58,6 @@ def test_soak_script_writes_json_and_markdown(tmp_path):
     report = json.loads((out / "soak.json").read_text("utf-8"))
     (row,) = report["modes"]
     assert row["errors"] == 0 and row["completed"] == 16
-    assert row["retrieval_mode"] == "hyde:mean"  # through the fake instant LLM
+    assert row["retrieval_mode"] == "hybrid-hyde"  # through the fake instant LLM
     table = (out / "soak.md").read_text("utf-8")
     assert "| embedded | 0 | 16 |" in table and "passed:" in table

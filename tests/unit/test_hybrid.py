@@ -1,6 +1,7 @@
 """Hybrid retrieval: the collection's lexical index next to its vectors, kept current."""
 
 import logging
+import shutil
 
 import chromadb
 import pytest
@@ -260,3 +261,24 @@ def test_a_reader_during_a_write_searches_the_index_as_it_is(store, folder):
     # the writer is gone without finishing: the next reader rebuilds
     assert lexical_search_for(store).ensure_current()
     assert not lexical_search_for(store).ensure_current()  # and only once
+
+
+def test_threads_searching_a_collection_whose_index_is_not_built_yet(tmp_path, folder):
+    # The first searches build the index; threads that open it meanwhile must not clear it.
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = open_store(tmp_path / "store", embeddings=FakeEmbeddings(size=32))
+    ingest_paths([folder], store, progress=False)
+    index = lexical_folder(store)
+    assert index is not None
+    shutil.rmtree(index)  # as a collection from before lexical indexes: nothing on disk yet
+    retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, k=1)
+
+    def search(_: int) -> list[str]:
+        fresh = HyDERetriever(vectorstore=store, n_hypotheses=0, k=1)
+        return names(fresh.invoke("who wound the clockwork"))
+
+    with ThreadPoolExecutor(8) as pool:
+        found = list(pool.map(search, range(16)))
+    assert found == [["keeper.txt"]] * 16
+    assert names(retriever.invoke("sourdough yeast")) == ["yeast.txt"]

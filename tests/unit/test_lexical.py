@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from hyde_lc.lexical import LexicalIndex, analyze, lexical_query, read_state
+from hyde_lc.lexical import FORMAT, IndexState, LexicalIndex, analyze, lexical_query, read_state
 
 
 def test_english_terms_are_stemmed_lowercased_and_stop_words_dropped():
@@ -80,7 +80,8 @@ def test_an_index_of_another_layout_is_cleared_not_misread(tmp_path):
     (folder / LexicalIndex.STATE_FILE).write_text('{"format": 999, "generation": "x"}')
     index = LexicalIndex.open(folder)
     assert len(index) == 0
-    assert read_state(folder) is None  # the old state file went with the old layout
+    # the old state went with the old layout; the new index reflects no generation yet
+    assert read_state(folder) == IndexState(FORMAT, None, 0)
 
 
 @pytest.mark.parametrize("text", ["", "   ", "!!!", "a an the"])
@@ -88,3 +89,17 @@ def test_text_without_terms_indexes_and_queries_as_nothing(text):
     index = LexicalIndex.in_memory()
     index.add([("x", text)])
     assert index.search(lexical_query(text), k=3) == []
+
+
+def test_opening_an_index_another_opener_is_filling_keeps_its_content(tmp_path):
+    # A writer opened the index and indexed chunks, and has not recorded a generation
+    # yet (it does when its write ends); a reader opening the folder meanwhile must not
+    # take it for an index of another layout.
+    folder = tmp_path / "lexical"
+    writer = LexicalIndex.open(folder)
+    writer.add([("a", "fog horn"), ("b", "tide table")])
+    reader = LexicalIndex.open(folder)
+    assert len(reader) == 2
+    writer.add([("c", "granite tower")])
+    reader.reload()
+    assert [c for c, _ in reader.search(lexical_query("granite"), k=1)] == ["c"]
