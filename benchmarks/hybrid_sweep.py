@@ -50,7 +50,9 @@ class Config:
     depth: int = DEPTH  # candidates taken from each list before fusing
 
 
-def zscore_fusion(scored: list[list[tuple[str, float]]], weights: list[float]) -> list[tuple[str, float]]:
+def zscore_fusion(
+    scored: list[list[tuple[str, float]]], weights: list[float]
+) -> list[tuple[str, float]]:
     """Each list standardised over its own candidates (mean 0, sd 1), missing = its minimum."""
     fused: dict[str, float] = {}
     for items, weight in zip(scored, weights, strict=True):
@@ -61,8 +63,6 @@ def zscore_fusion(scored: list[list[tuple[str, float]]], weights: list[float]) -
         for item in set(fused) | set(seen):
             z = (seen[item] - mean) / sd if item in seen else floor
             fused[item] = fused.get(item, 0.0) + weight * z
-        for item in set(fused) - set(seen):
-            pass
     return sorted(fused.items(), key=lambda pair: pair[1], reverse=True)
 
 
@@ -87,7 +87,9 @@ def main() -> None:
     parser.add_argument("--llm", default="local:qwen2.5-coder-1.5b")
     parser.add_argument("--prompt", default="generic")
     parser.add_argument("--max-n", type=int, default=4)
-    parser.add_argument("--grid", action="store_true", help="the full grid (train); else a short list")
+    parser.add_argument(
+        "--grid", action="store_true", help="the full grid (train); else a short list"
+    )
     parser.add_argument(
         "--truncate-tokens",
         type=int,
@@ -118,7 +120,9 @@ def main() -> None:
         hyps = {q: [cut(h) for h in texts] for q, texts in hyps.items()}
     have = {n: [q for q, _ in questions if len(hyps[q]) >= n] for n in range(1, args.max_n + 1)}
     print({n: len(qs) for n, qs in have.items()}, "queries with n cached hypotheses")
-    qvec = dict(zip(data.queries, embeddings.embed_documents(list(data.queries.values())), strict=True))
+    qvec = dict(
+        zip(data.queries, embeddings.embed_documents(list(data.queries.values())), strict=True)
+    )
     flat = [(q, i, h) for q in data.queries for i, h in enumerate(hyps[q])]
     hvec_rows = embeddings.embed_documents([h for _, _, h in flat]) if flat else []
     hvec: dict[str, list] = {q: [] for q in data.queries}
@@ -138,7 +142,9 @@ def main() -> None:
 
     def lex(q: str, cfg: Config) -> list[tuple[str, float]]:
         used = hyps[q][: cfg.n] if cfg.lexical == "hyde" else []
-        return lexical.search(lexical_query(data.queries[q], used, cfg.repeats), k=max(cfg.depth, DEPTH))
+        return lexical.search(
+            lexical_query(data.queries[q], used, cfg.repeats), k=max(cfg.depth, DEPTH)
+        )
 
     def run(cfg: Config) -> dict[str, list[tuple[str, float]]]:
         out = {}
@@ -151,13 +157,17 @@ def main() -> None:
             if len(lists) == 1:
                 ranked = lists[0]
             elif cfg.fusion == "zscore":
-                ranked = zscore_fusion([lst[: cfg.depth] for lst in lists], [cfg.alpha, 1 - cfg.alpha])
+                ranked = zscore_fusion(
+                    [lst[: cfg.depth] for lst in lists], [cfg.alpha, 1 - cfg.alpha]
+                )
             elif cfg.fusion == "rrf":
                 ranked = reciprocal_rank_fusion(
                     [[i for i, _ in lst] for lst in lists], weights=[cfg.alpha, 1 - cfg.alpha]
                 )
             else:
-                ranked = score_fusion([lst[: cfg.depth] for lst in lists], [cfg.alpha, 1 - cfg.alpha])
+                ranked = score_fusion(
+                    [lst[: cfg.depth] for lst in lists], [cfg.alpha, 1 - cfg.alpha]
+                )
             out[q] = [(doc, float(DEPTH - r)) for r, (doc, _) in enumerate(ranked[:DEPTH])]
         return out
 
@@ -205,7 +215,11 @@ def compare_to(results: list[dict]) -> None:
             delta, (low, high) = paired_bootstrap(
                 [ref["per_query"][q] for q in order], [r["per_query"][q] for q in order]
             )
-            r[f"vs_{label}"] = {"reference": ref["config"]["name"], "delta": delta, "ci": [low, high]}
+            r[f"vs_{label}"] = {
+                "reference": ref["config"]["name"],
+                "delta": delta,
+                "ci": [low, high],
+            }
 
 
 def build_configs(grid: bool, max_n: int) -> list[Config]:
@@ -218,10 +232,13 @@ def build_configs(grid: bool, max_n: int) -> list[Config]:
     ]
     alphas = (0.3, 0.4, 0.5, 0.6, 0.7) if grid else (0.5,)
     if grid:
-        configs += [Config(f"hybrid score a={a}", "query", "query", alpha=a) for a in alphas if a != 0.5]
+        configs += [
+            Config(f"hybrid score a={a}", "query", "query", alpha=a) for a in alphas if a != 0.5
+        ]
         configs += [
             Config(f"hybrid score a={a} depth={d}", "query", "query", alpha=a, depth=d)
-            for a in (0.4, 0.5, 0.6) for d in (20, 50, 200, 1000)
+            for a in (0.4, 0.5, 0.6)
+            for d in (20, 50, 200, 1000)
         ]
         configs += [
             Config(f"hybrid zscore a={a}", "query", "query", fusion="zscore", alpha=a)
@@ -238,7 +255,16 @@ def build_configs(grid: bool, max_n: int) -> list[Config]:
         for w, r, a in itertools.product(weights, repeats, alphas):
             wname = "paper" if w is None else f"{w:g}"
             configs += [
-                Config(f"hybrid score hyde both w={wname} r={r} a={a} n={n}", "hyde", "hyde", n, w, r, "score", a),
+                Config(
+                    f"hybrid score hyde both w={wname} r={r} a={a} n={n}",
+                    "hyde",
+                    "hyde",
+                    n,
+                    w,
+                    r,
+                    "score",
+                    a,
+                ),
             ]
         configs += [
             Config(f"hybrid score hyde dense-only w=0.8 a=0.5 n={n}", "hyde", "query", n),
@@ -248,23 +274,41 @@ def build_configs(grid: bool, max_n: int) -> list[Config]:
     return configs
 
 
-def write(results: list[dict], args: argparse.Namespace, data, seconds: float, finish: Callable) -> None:
+def write(
+    results: list[dict], args: argparse.Namespace, data, seconds: float, finish: Callable
+) -> None:
     finish(results)
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {
-        "dataset": data.name, "split": args.split, "queries": len(data.queries),
-        "hypothesis_cache": str(args.hypothesis_cache), "llm": args.llm, "prompt": args.prompt,
+        "dataset": data.name,
+        "split": args.split,
+        "queries": len(data.queries),
+        "hypothesis_cache": str(args.hypothesis_cache),
+        "llm": args.llm,
+        "prompt": args.prompt,
         "truncate_tokens": args.truncate_tokens,
-        "seconds": round(seconds, 1), "date": time.strftime("%Y-%m-%d"),
+        "seconds": round(seconds, 1),
+        "date": time.strftime("%Y-%m-%d"),
     }
     (args.out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
-    lines = ["| configuration | nDCG@10 | R@100 | vs dense | vs best no-LLM |", "|---|---|---|---|---|"]
+    lines = [
+        "| configuration | nDCG@10 | R@100 | vs dense | vs best no-LLM |",
+        "|---|---|---|---|---|",
+    ]
     for r in results:
         cells = []
         for label in ("vs_dense", "vs_best_no_llm"):
             v = r.get(label)
-            cells.append("" if v is None else f"{100 * v['delta']:+.1f} [{100 * v['ci'][0]:+.1f}, {100 * v['ci'][1]:+.1f}]")
-        lines.append(f"| {r['config']['name']} | {100 * r['metrics']['nDCG@10']:.1f} | {100 * r['metrics']['R@100']:.1f} | {cells[0]} | {cells[1]} |")
+            cells.append(
+                ""
+                if v is None
+                else f"{100 * v['delta']:+.1f} [{100 * v['ci'][0]:+.1f}, {100 * v['ci'][1]:+.1f}]"
+            )
+        m = r["metrics"]
+        lines.append(
+            f"| {r['config']['name']} | {100 * m['nDCG@10']:.1f} | {100 * m['R@100']:.1f}"
+            f" | {cells[0]} | {cells[1]} |"
+        )
     (args.out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

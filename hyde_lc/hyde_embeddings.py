@@ -132,7 +132,7 @@ class HyDEEmbeddings(BaseModel, Embeddings):
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            raise InvalidSettingError(_settings_message(type(self).__name__, exc)) from None
+            raise InvalidSettingError(_settings_message(type(self), exc)) from None
 
     @classmethod
     def from_llm(

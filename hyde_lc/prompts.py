@@ -51,7 +51,7 @@ class HypothesisPrompt:
 
 
 def language_line(question: str) -> str | None:
-    """ "Write the passage in Chinese." for a question in a script other than Latin.
+    """Return a line such as "Write the passage in Chinese." for a non-Latin question.
 
     Small writers otherwise often answer a Chinese question in English, and an English
     passage matches Chinese documents poorly. Latin-script questions get no line: the

@@ -190,7 +190,7 @@ def test_token_counts_come_from_the_models_own_tokenizer(smol):
 def test_long_context_is_fitted_to_the_local_answer_window(smol):
     from pypdf import PdfReader
 
-    from tests.conftest import SAMPLE_PDF
+    from tests.fakes import SAMPLE_PDF
 
     text = " ".join(page.extract_text() for page in PdfReader(SAMPLE_PDF).pages)
     # Eight 5,000-character windows, as `ask --window 2` builds from the sample: about
