@@ -13,7 +13,7 @@ import tracemalloc
 import pytest
 from langchain_core.documents import Document
 from langchain_core.language_models import FakeListChatModel
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from hyde_lc.answer import answer_from_documents, build_answer_chain
 from hyde_lc.errors import (
@@ -227,7 +227,7 @@ def test_long_query_is_truncated_for_the_models_with_a_note(store):  # noqa: F81
 def test_query_limit_is_a_setting(store):  # noqa: F811
     retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, max_query_chars=None)
     assert retriever.retrieve_with_details("x" * 10_000).query_note is None
-    with pytest.raises(ValidationError, match="max_query_chars must be at least 1"):
+    with pytest.raises(InvalidSettingError, match="max_query_chars must be at least 1"):
         HyDERetriever(vectorstore=store, n_hypotheses=0, max_query_chars=0)
 
 
@@ -257,13 +257,14 @@ def test_control_characters_and_injection_in_a_question_reach_the_prompts_as_dat
 
 @pytest.mark.parametrize("k", [0, -1, -100])
 async def test_k_below_one_is_refused_at_construction_and_per_call(store, k):  # noqa: F811
-    with pytest.raises(ValidationError, match="k must be at least 1"):
+    with pytest.raises(InvalidSettingError, match="k must be a whole number of at least 1"):
         HyDERetriever(vectorstore=store, n_hypotheses=0, k=k)
     llm = ScriptedChat()
     retriever = HyDERetriever(vectorstore=store, hypothesis_llm=llm)
-    with pytest.raises(InvalidSettingError, match=f"k must be at least 1, got {k}"):
+    refusal = f"k must be a whole number of at least 1, got {k}"
+    with pytest.raises(InvalidSettingError, match=refusal):
         retriever.invoke("light", k=k)
-    with pytest.raises(InvalidSettingError, match="k must be at least 1"):
+    with pytest.raises(InvalidSettingError, match="k must be a whole number of at least 1"):
         await retriever.ainvoke("light", k=k)
     assert llm.log == []  # refused before any hypothesis was written
 
