@@ -30,7 +30,7 @@ install-demo: $(VENV)/.installed-demo
 
 demo: install-demo
 	$(BIN)/hyde-lc ingest --sample
-	$(BIN)/hyde-lc ask "$(QUESTION)"
+	$(BIN)/hyde-lc ask --mode hyde "$(QUESTION)"
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -13,6 +13,8 @@ import pytest
 from tests.fakes import ROOT, SAMPLE_PDF, SHARED, FakeEmbeddings, make_pdf
 
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+# A hypothesis model configured in the caller's shell would turn HyDE on by default.
+os.environ.pop("HYDE_LC_HYPOTHESIS_LLM", None)
 
 # Names other test modules still import from here.
 __all__ = ["ROOT", "SAMPLE_PDF", "SHARED", "FakeEmbeddings", "make_pdf"]

@@ -232,7 +232,10 @@ class BenchMode:
 
     @property
     def is_default(self) -> bool:
-        """Whether this is the package's default configuration."""
+        """Whether this is the package's default configuration with a hypothesis model.
+
+        Without one the default is the ``hybrid`` baseline (the question alone).
+        """
         return not self.fields and self.name is None
 
     @property
@@ -473,7 +476,7 @@ class BenchReport:
             seconds = (
                 f"{statistics.median(r.hypothesis_seconds):.1f}" if r.hypothesis_seconds else ""
             )
-            name = f"**{r.mode.label}** (default)" if r.mode.is_default else r.mode.label
+            name = f"**{r.mode.label}** (HyDE default)" if r.mode.is_default else r.mode.label
             lines.append(
                 f"| {name} | {100 * r.metrics['nDCG@10']:.1f} "
                 f"| {100 * r.metrics['R@100']:.1f} | {100 * r.metrics['RR@10']:.1f} "

@@ -29,12 +29,14 @@ from typing import Any
 
 from hyde_lc.cli.options import (
     LEXICAL_CHOICES,
+    MODE_HELP,
     add_hypothesis_options,
     add_k_option,
     add_store_options,
     non_negative_int,
     open_collection,
     open_hypothesis_cache,
+    resolve_mode,
 )
 from hyde_lc.cli.render import (
     WIDTH,
@@ -151,6 +153,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         raise HydeLcError(
             f'the question is empty: ask something, e.g. hyde-lc ask "{SAMPLE_QUESTION}"'
         )
+    resolve_mode(args)
     if args.hypotheses_only and args.mode == "standard":
         raise HydeLcError(
             "--hypotheses-only leaves the question out of the search, so it needs "
@@ -263,8 +266,8 @@ def add_command(sub: Any, prompts: list[str], default_prompt: str) -> None:
     group.add_argument(
         "--mode",
         choices=("hyde", "standard"),
-        default="hyde",
-        help="hyde (default): search with hypothetical passages; standard: the question only",
+        default=None,
+        help=MODE_HELP,
     )
     group.add_argument(
         "--lexical",

@@ -20,6 +20,7 @@ from typing import Any
 
 from hyde_lc.cli.options import (
     LEXICAL_CHOICES,
+    MODE_HELP,
     add_hypothesis_options,
     add_k_option,
     add_store_options,
@@ -28,6 +29,7 @@ from hyde_lc.cli.options import (
     non_negative_int,
     open_collection,
     open_hypothesis_cache,
+    resolve_mode,
     unit_interval,
 )
 from hyde_lc.cli.render import json_text, shown_line
@@ -73,7 +75,7 @@ def _pipeline(
         "lexical": "off" if args.lexical == "off" else "auto",
     }
     if mode == "hyde":
-        fields["n_hypotheses"] = args.n_hypotheses
+        fields["n_hypotheses"] = 1 if args.n_hypotheses is None else args.n_hypotheses
     if args.query_weight != "default":
         fields["query_weight"] = args.query_weight
     return EvaluationPipeline.from_settings(
@@ -128,6 +130,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         read_records,
     )
 
+    resolve_mode(args)
     questions = read_questions(args.questions)
     out = Path(args.out)
     _not_the_question_file(out, args.questions, "--out")
@@ -255,7 +258,7 @@ def add_commands(sub: Any, prompts: list[str], default_prompt: str) -> None:
         type=given_path,
         help="JSON Lines records (appended, resumable)",
     )
-    evaluate.add_argument("--mode", choices=("hyde", "standard"), default="hyde")
+    evaluate.add_argument("--mode", choices=("hyde", "standard"), default=None, help=MODE_HELP)
     evaluate.add_argument(
         "--window",
         type=non_negative_int,

@@ -178,13 +178,38 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+MODE_HELP = (
+    "hyde: search with hypothetical passages as well as the question; standard: the "
+    "question only (dense and BM25 fused unless --lexical off: the best measured "
+    "configuration). Default: hyde when a hypothesis model is configured (--hypothesis-llm, "
+    "$HYDE_LC_HYPOTHESIS_LLM) or --n-hypotheses is given, else standard"
+)
+"""``--mode`` help for ``ask`` and ``evaluate``: the rule `resolve_mode` applies."""
+
+
+def resolve_mode(args: Any) -> None:
+    """Settle ``args.mode`` (None: the default rule) and ``args.n_hypotheses`` (None: 1).
+
+    The rule is `hyde_lc.evaluation.records.default_mode` (a hypothesis model configured
+    means HyDE), and asking for a number of hypotheses also means HyDE.
+    """
+    from hyde_lc.evaluation.records import default_mode
+
+    if args.mode is None:
+        asked = args.n_hypotheses is not None or args.hypotheses_only
+        args.mode = "hyde" if asked else default_mode(args.hypothesis_llm)
+    if args.n_hypotheses is None:
+        args.n_hypotheses = 1
+
+
 def add_hypothesis_options(group: Any, prompts: list[str], default_prompt: str) -> None:
     """The HyDE settings ``ask``, ``evaluate`` and ``compare`` share."""
     group.add_argument(
         "--n-hypotheses",
         type=hypothesis_count,
-        default=1,
-        help=f"hypothetical passages per question, 1 to {MAX_HYPOTHESES} (default 1)",
+        default=None,
+        help=f"hypothetical passages per question, 1 to {MAX_HYPOTHESES} (default 1; "
+        "implies --mode hyde)",
     )
     group.add_argument("--fusion", choices=FUSION_MODES, default="mean")
     group.add_argument("--prompt", choices=prompts, default=default_prompt)

@@ -47,6 +47,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -77,6 +78,28 @@ from hyde_lc.retriever import HyDEResult, HyDERetriever
 
 Mode = Literal["hyde", "standard"]
 MODES = ("hyde", "standard")
+HYPOTHESIS_LLM_VARIABLE = "HYDE_LC_HYPOTHESIS_LLM"
+
+
+def default_mode(hyde_model: str | None = None, custom_hyde_llm: object = None) -> Mode:
+    """``hyde`` when a hypothesis model is configured, else ``standard``.
+
+    A hypothesis model is configured by passing one (``custom_hyde_llm``, ``hyde_model``)
+    or by ``$HYDE_LC_HYPOTHESIS_LLM``. Without one the question itself is searched, dense
+    and BM25 fused where the collection has a lexical index (``hybrid``): the best
+    configuration measured on SciFact, where HyDE on top of hybrid adds nothing
+    measurable (see BENCHMARKS.md).
+
+    Example:
+        >>> default_mode(hyde_model="local:qwen2.5-coder-1.5b")
+        'hyde'
+
+    """
+    configured = custom_hyde_llm is not None or (hyde_model or "").strip()
+    configured = configured or os.environ.get(HYPOTHESIS_LLM_VARIABLE, "").strip()
+    return "hyde" if configured else "standard"
+
+
 EvaluatedRetriever = HyDERetriever | NeighborExpandingRetriever
 RAGAS_KEYS = (
     "user_input",
@@ -142,7 +165,7 @@ class EvaluationPipeline:
         cls,
         *,
         store: VectorStore | None = None,
-        mode: Mode = "hyde",
+        mode: Mode | None = None,
         window: int = 0,
         hyde_model: str | None = None,
         answer_model: str | None = None,
@@ -159,7 +182,10 @@ class EvaluationPipeline:
         ``store`` defaults to `hyde_lc.open_store` (``./.hyde_lc``); it must hold chunks.
         ``mode="hyde"`` writes hypotheses with ``custom_hyde_llm`` or the model spec
         ``hyde_model`` (default: the local writer); ``mode="standard"`` uses no hypothesis
-        model. ``window=N`` widens each hit with N neighbouring chunks on each side.
+        model. ``mode=None`` is `default_mode`: HyDE when a hypothesis model is configured,
+        else the question alone (hybrid where the collection has a lexical index); a
+        number of ``n_hypotheses`` above 0 also means HyDE. ``window=N`` widens each hit
+        with N neighbouring chunks on each side.
         ``custom_answer_llm`` / ``answer_model`` answer, unless ``retrieval_only``.
         ``retriever_fields`` are `HyDERetriever` fields (``k``, ``n_hypotheses``,
         ``fusion``, ``query_weight``, ``prompt``, ``lexical``, ``dense_weight``,
@@ -172,6 +198,9 @@ class EvaluationPipeline:
         from hyde_lc.models import load_llm
         from hyde_lc.store import open_store
 
+        if mode is None:  # hypotheses asked for (a writer, or a number of them): HyDE
+            asked = bool(retriever_fields.get("n_hypotheses"))
+            mode = "hyde" if asked else default_mode(hyde_model, custom_hyde_llm)
         if mode not in MODES:
             raise InvalidSettingError(f"unknown mode {mode!r}: use 'hyde' or 'standard'")
         if isinstance(window, bool) or not isinstance(window, int) or window < 0:

@@ -61,4 +61,4 @@ def test_bench_cli_on_twenty_scifact_queries(tmp_path):
         low, high = row["vs_dense"]["ci"]
         assert low <= row["vs_dense"]["delta"] <= high
     assert (out / "ndcg.png").read_bytes()[:4] == b"\x89PNG"
-    assert "| standard |" in done.stdout and "| **hybrid-hyde** (default) |" in done.stdout
+    assert "| standard |" in done.stdout and "| **hybrid-hyde** (HyDE default) |" in done.stdout

@@ -184,7 +184,7 @@ def test_benchmark_measures_configurations_and_reuses_cached_hypotheses(
     assert saved["results"][4]["configuration"] == dict(hyp_only.fields)
     assert saved["results"][4]["vs_dense"]["reference"] == "standard"
     table = paths["markdown"].read_text()
-    assert "| standard |" in table and "| **hybrid-hyde** (default) |" in table
+    assert "| standard |" in table and "| **hybrid-hyde** (HyDE default) |" in table
 
 
 def test_a_langchain_sqlite_cache_is_read_and_left_as_it_was(

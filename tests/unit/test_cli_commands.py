@@ -128,7 +128,13 @@ def test_hyde_mode_labels_the_configuration_and_shows_the_hypothesis(capsys, sto
     record = ask_json(capsys, store_dir, "--no-answer", "--n-hypotheses", "2", "--fusion", "rrf")
     assert record["label"] == "hybrid-hyde(fusion=rrf,n=2)"
     assert record["hypotheses"] == ["Lenses bend light into a beam with prisms."] * 2
+    written = len(models["hypothesis"].log)
     code, out, _ = run(capsys, "ask", QUESTION, "--store", str(store_dir), "--no-answer")
+    assert code == 0 and "Mode: hybrid\n" in out  # no hypothesis model configured
+    assert "Hypothetical document" not in out and len(models["hypothesis"].log) == written
+    code, out, _ = run(
+        capsys, "ask", QUESTION, "--store", str(store_dir), "--no-answer", "--mode", "hyde"
+    )
     assert code == 0
     assert "Mode: hybrid-hyde  (hypothesis model: " in out
     assert "--- Hypothetical document 1 ---\nLenses bend light into a beam with prisms." in out
@@ -179,7 +185,9 @@ def test_the_context_note_is_printed_and_recorded(capsys, store_dir, models):
 
 def test_a_fallback_is_reported_once(capsys, store_dir, models, caplog):
     models["hypothesis"] = ScriptedChat(replies=["I cannot help with that."])
-    code, out, err = run(capsys, "ask", QUESTION, "--store", str(store_dir), "--no-answer")
+    code, out, err = run(
+        capsys, "ask", QUESTION, "--store", str(store_dir), "--no-answer", "--mode", "hyde"
+    )
     assert code == 0, err
     assert out.count("HyDE fell back to the plain query") == 1
     assert "fell back" not in err

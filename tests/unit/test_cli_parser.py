@@ -85,16 +85,31 @@ def test_every_environment_variable_the_package_reads_is_in_the_help():
     assert read and read <= set(re.findall(r"HYDE_LC_[A-Z_]+", cli.EPILOG))
 
 
-def test_ask_defaults_are_hybrid_hyde():
+def test_ask_is_hybrid_without_a_hypothesis_model_and_hybrid_hyde_with_one(monkeypatch):
+    from hyde_lc.cli.options import resolve_mode
+
+    monkeypatch.delenv("HYDE_LC_HYPOTHESIS_LLM", raising=False)
     args = parse("ask", QUESTION)
+    resolve_mode(args)
     assert (args.mode, args.lexical, args.k, args.n_hypotheses, args.fusion) == (
-        "hyde",
+        "standard",
         "on",
         4,
         1,
         "mean",
     )
     assert args.window is None and args.json is False
+    for extra in (["--hypothesis-llm", "local:smollm2-135m"], ["--n-hypotheses", "2"]):
+        args = parse("ask", QUESTION, *extra)
+        resolve_mode(args)
+        assert args.mode == "hyde", extra
+    monkeypatch.setenv("HYDE_LC_HYPOTHESIS_LLM", "local:smollm2-135m")
+    args = parse("ask", QUESTION)
+    resolve_mode(args)
+    assert args.mode == "hyde"
+    args = parse("ask", QUESTION, "--mode", "standard")
+    resolve_mode(args)
+    assert args.mode == "standard"
 
 
 @pytest.mark.parametrize(
