@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from hyde_lc.answer import build_answer_chain
-    from hyde_lc.errors import HydeLcError
+    from hyde_lc.errors import HydeLcError, InvalidSettingError
+    from hyde_lc.hyde_embeddings import HyDEEmbeddings
     from hyde_lc.hypothesis_cache import HypothesisCache
     from hyde_lc.ingest import IngestReport, ingest_paths
     from hyde_lc.lexical import LexicalSearch
@@ -37,6 +38,8 @@ _EXPORTS = {
     "HyDEResult": "hyde_lc.retriever",
     "HyDERetriever": "hyde_lc.retriever",
     "HydeLcError": "hyde_lc.errors",
+    "HyDEEmbeddings": "hyde_lc.hyde_embeddings",
+    "InvalidSettingError": "hyde_lc.errors",
     "HypothesisCache": "hyde_lc.hypothesis_cache",
     "IngestReport": "hyde_lc.ingest",
     "LexicalSearch": "hyde_lc.lexical",
@@ -54,11 +57,13 @@ _EXPORTS = {
 
 __all__ = [
     "PROMPTS",
+    "HyDEEmbeddings",
     "HyDEResult",
     "HyDERetriever",
     "HydeLcError",
     "HypothesisCache",
     "IngestReport",
+    "InvalidSettingError",
     "LexicalSearch",
     "NeighborExpandingRetriever",
     "build_answer_chain",

@@ -68,7 +68,20 @@ class InvalidQueryError(HydeLcError, ValueError):
 
 
 class InvalidSettingError(HydeLcError, ValueError):
-    """A setting outside its valid range (``k`` below 1, ...); the message gives the range."""
+    """A setting outside its valid range (``k`` below 1, ...); the message gives the range.
+
+    Raised at construction and per call alike; it is also a ``ValueError``, as LangChain
+    code expects of a bad argument.
+
+    Example:
+        >>> from hyde_lc import HyDERetriever, InvalidSettingError
+        >>> try:
+        ...     HyDERetriever(vectorstore=store, k=0)  # doctest: +SKIP
+        ... except InvalidSettingError as exc:
+        ...     print(exc)  # doctest: +SKIP
+        invalid HyDERetriever settings: k must be a whole number of at least 1, got 0 ...
+
+    """
 
 
 class ModelFileError(HydeLcError):

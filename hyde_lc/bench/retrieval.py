@@ -232,10 +232,16 @@ class BenchMode:
 
     @property
     def is_default(self) -> bool:
-        """Whether this is the package's default configuration with a hypothesis model.
+        """Whether this is the package's default configuration: the question alone, hybrid.
 
-        Without one the default is the ``hybrid`` baseline (the question alone).
+        `HyDERetriever` without a hypothesis model (the best configuration measured on
+        SciFact); see `is_hyde_default` for its default with one.
         """
+        return self.name is None and dict(self.fields) == {"n_hypotheses": 0}
+
+    @property
+    def is_hyde_default(self) -> bool:
+        """Whether this is the package's default configuration given a hypothesis model."""
         return not self.fields and self.name is None
 
     @property
@@ -449,6 +455,7 @@ class ModeResult:
             "label": self.mode.label,
             "configuration": dict(self.mode.fields),
             "default": self.mode.is_default,
+            "hyde_default": self.mode.is_hyde_default,
             "metrics": self.metrics,
             "vs_dense": None if self.vs_dense is None else vars(self.vs_dense),
             "vs_best_no_llm": None if self.vs_best_no_llm is None else vars(self.vs_best_no_llm),
@@ -476,7 +483,9 @@ class BenchReport:
             seconds = (
                 f"{statistics.median(r.hypothesis_seconds):.1f}" if r.hypothesis_seconds else ""
             )
-            name = f"**{r.mode.label}** (HyDE default)" if r.mode.is_default else r.mode.label
+            name = r.mode.label
+            if r.mode.is_default or r.mode.is_hyde_default:
+                name = f"**{name}** ({'default' if r.mode.is_default else 'HyDE default'})"
             lines.append(
                 f"| {name} | {100 * r.metrics['nDCG@10']:.1f} "
                 f"| {100 * r.metrics['R@100']:.1f} | {100 * r.metrics['RR@10']:.1f} "
@@ -503,7 +512,11 @@ class BenchReport:
         names = [r.mode.label for r in self.results][::-1]
         values = [100 * r.metrics["nDCG@10"] for r in self.results][::-1]
         colours = [
-            "#d62" if r.mode.is_default else "#888" if not r.mode.n_hypotheses else "#3a7"
+            "#d62"
+            if r.mode.is_default or r.mode.is_hyde_default
+            else "#888"
+            if not r.mode.n_hypotheses
+            else "#3a7"
             for r in self.results
         ][::-1]
         fig = Figure(figsize=(8, 0.35 * len(names) + 1.2))

@@ -108,8 +108,9 @@ def add_commands(sub: Any, prompts: list[str]) -> None:
         "--modes",
         nargs="+",
         choices=BENCH_MODES,
-        help="configurations to measure (default: the package's default one); standard, "
-        "bm25 and hybrid always run, every row is compared with them",
+        help="configurations to measure (default: 'default', the package's configuration "
+        "with a hypothesis model: hybrid-hyde); standard, bm25 and hybrid (the default "
+        "without one) always run, and every row is compared with them",
     )
     bench.add_argument(
         "--n", type=positive_int, nargs="+", help="HyDE variants: hypotheses per query (1 4)"

@@ -48,7 +48,8 @@ def test_bench_cli_on_twenty_scifact_queries(tmp_path):
         "hyde(prompt=scifact)",
         "hyde(fusion=rrf,prompt=scifact)",
     ]
-    assert [r["default"] for r in rows] == [False, False, False, True, False, False]
+    assert [r["default"] for r in rows] == [False, False, True, False, False, False]
+    assert [r["hyde_default"] for r in rows] == [False, False, False, True, False, False]
     assert report["meta"]["queries"] == 20 and report["meta"]["llm"] == "local:smollm2-135m"
     standard = rows[0]["per_query_ndcg"]
     full = json.loads(FULL_RUN.read_text())["results"][0]["per_query_ndcg"]

@@ -9,6 +9,7 @@ import pytest
 from hyde_lc.bench import (
     BM25,
     DEFAULT,
+    HYBRID,
     STANDARD,
     BenchMode,
     ExactIndex,
@@ -85,7 +86,8 @@ def test_exact_index_ranks_by_cosine_through_the_retrievers_vector_search():
 
 def test_configurations_are_named_by_the_retrievers_label():
     assert [m.label for m in default_modes()] == ["standard", "bm25", "hybrid", "hybrid-hyde"]
-    assert DEFAULT.is_default and not STANDARD.is_default and not BM25.is_default
+    assert HYBRID.is_default and not STANDARD.is_default and not BM25.is_default
+    assert DEFAULT.is_hyde_default and not DEFAULT.is_default and not HYBRID.is_hyde_default
     variants = hyde_variants(["mean+q", "rrf"], [4], ["scifact"], query_weights=[0.6])
     assert [m.label for m in variants] == [
         "hyde(n=4,prompt=scifact)",
@@ -151,7 +153,8 @@ def test_benchmark_measures_configurations_and_reuses_cached_hypotheses(
     }
     report = run_benchmark(beir, **kwargs)
     standard, bm25, hybrid, default, hyp, _rrf = report.results
-    assert default.mode.is_default and default.mode.label == "hybrid-hyde"
+    assert default.mode.is_hyde_default and default.mode.label == "hybrid-hyde"
+    assert hybrid.mode.is_default and hybrid.mode.label == "hybrid"
     assert standard.per_query_ndcg["3"] == standard.per_query_ndcg["10"] == pytest.approx(1.0)
     # query 7 has two relevant documents; one of them (its own text) is at rank 1
     assert 1 / (1 + 1 / np.log2(3)) <= standard.per_query_ndcg["7"] <= 1.0
@@ -179,12 +182,14 @@ def test_benchmark_measures_configurations_and_reuses_cached_hypotheses(
     assert paths["plot"].read_bytes()[:8] == PNG
     saved = json.loads(paths["json"].read_text())
     assert saved["meta"]["queries"] == 3 and len(saved["results"]) == 6
-    assert [r["default"] for r in saved["results"]] == [False, False, False, True, False, False]
+    assert [r["default"] for r in saved["results"]] == [False, False, True, False, False, False]
+    assert [r["hyde_default"] for r in saved["results"]].index(True) == 3
     assert saved["results"][3]["label"] == "hybrid-hyde"
     assert saved["results"][4]["configuration"] == dict(hyp_only.fields)
     assert saved["results"][4]["vs_dense"]["reference"] == "standard"
     table = paths["markdown"].read_text()
     assert "| standard |" in table and "| **hybrid-hyde** (HyDE default) |" in table
+    assert "| **hybrid** (default) |" in table
 
 
 def test_a_langchain_sqlite_cache_is_read_and_left_as_it_was(

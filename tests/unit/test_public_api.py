@@ -8,11 +8,13 @@ import hyde_lc
 
 EXPECTED = [
     "PROMPTS",
+    "HyDEEmbeddings",
     "HyDEResult",
     "HyDERetriever",
     "HydeLcError",
     "HypothesisCache",
     "IngestReport",
+    "InvalidSettingError",
     "LexicalSearch",
     "NeighborExpandingRetriever",
     "build_answer_chain",
