@@ -82,6 +82,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("data", type=Path)
     parser.add_argument("--split", default="test")
+    parser.add_argument("--embeddings", default="local:minilm", help="embedding model spec")
     parser.add_argument("--limit", type=int)
     parser.add_argument("--hypothesis-cache", type=Path, required=True)
     parser.add_argument("--llm", default="local:qwen2.5-coder-1.5b")
@@ -103,7 +104,7 @@ def main() -> None:
 
     started = time.perf_counter()
     data = load_beir(args.data, split=args.split, limit=args.limit)
-    embeddings = load_embeddings("local:minilm")
+    embeddings = load_embeddings(args.embeddings)
     dense_index = corpus_index(data, embeddings)
     lexical = LexicalIndex.in_memory()
     lexical.add(data.corpus.items())
@@ -282,6 +283,7 @@ def write(
     meta = {
         "dataset": data.name,
         "split": args.split,
+        "embeddings": args.embeddings,
         "queries": len(data.queries),
         "hypothesis_cache": str(args.hypothesis_cache),
         "llm": args.llm,

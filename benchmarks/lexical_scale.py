@@ -8,6 +8,7 @@ their cached hypothesis (the hybrid default's lexical query: the claim's terms 5
 plus the hypothesis). Memory is the process's peak RSS growth while building.
 
     python -m benchmarks.lexical_scale ../shared/data/scifact --sizes 5000 50000 500000 \\
+        --hypotheses benchmarks/results/hypotheses/scifact-test-generic-sample0.json \\
         --out benchmarks/results/lexical_scale.json
 """
 
