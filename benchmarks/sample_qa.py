@@ -24,6 +24,7 @@ from pathlib import Path
 from hyde_lc import HyDERetriever, ingest_paths, load_llm, open_store
 from hyde_lc.answer import answer_from_documents
 from hyde_lc.cli import sample_files
+from hyde_lc.language import says_not_enough_information
 
 QUESTIONS = Path(__file__).parents[1] / "hyde_lc" / "sample" / "questions.jsonl"
 
@@ -37,6 +38,8 @@ def answered(answer: str, keywords: list[str]) -> bool:
 
 
 def abstained(answer: str) -> bool:
+    if says_not_enough_information(answer):  # the fixed reply, in any language
+        return True
     text = _norm(answer)
     return any(
         p in text

@@ -6,6 +6,12 @@ question to ``{"question", "documents", "answer", "sources", "context_documents"
 file and page, asks for ``[n]`` citations, and tells the model to say it does not have
 enough information when the context lacks the answer.
 
+A question written in a non-Latin script (Chinese, Japanese, Russian, ...) gets a prompt
+that asks for the answer in the question's language (`answer_prompt`), and whose fixed
+"not enough information" reply is that language's (`hyde_lc.language.not_enough_information`;
+the English sentence where none is defined). A reply is recognised as that sentence in
+any of these languages (`is_abstention`).
+
 The context is budgeted in tokens for the answer model's window: the window, less the
 answer's ``max_tokens`` and the prompt around the passages, is what the passages may
 take. When they do not fit, the lowest-ranked passages are left out first; if even the
@@ -57,6 +63,12 @@ from langchain_core.runnables import (
     RunnablePick,
 )
 
+from hyde_lc.language import (
+    dominant_script,
+    not_enough_information,
+    question_language,
+    says_not_enough_information,
+)
 from hyde_lc.local_llm import ContextWindowError, LocalChatModel, estimate_tokens
 from hyde_lc.models import CONTEXT_WINDOW_KEY
 from hyde_lc.reasoning import astrip_reasoning_stream, strip_reasoning_stream
@@ -64,19 +76,62 @@ from hyde_lc.retriever import clip_query
 
 NOT_ENOUGH_INFORMATION = "I don't have enough information in the provided documents to answer."
 
-ANSWER_PROMPT = ChatPromptTemplate.from_messages(
-    [
-        (
-            "system",
-            "You answer questions using only the numbered context passages provided. "
-            "Do not use outside knowledge. After each sentence, cite the passage numbers it "
-            "relies on in square brackets, like [2]. If the context does not contain the "
-            f'answer, reply exactly: "{NOT_ENOUGH_INFORMATION}"',
-        ),
-        ("human", "Context:\n{context}\n\nQuestion: {question}\n\nAnswer (with [n] citations):"),
-    ]
+_SYSTEM = (
+    "You answer questions using only the numbered context passages provided. "
+    "Do not use outside knowledge. After each sentence, cite the passage numbers it "
+    "relies on in square brackets, like [2]. If the context does not contain the "
+    'answer, reply exactly: "{refusal}"'
 )
-"""The answering prompt (variables ``context`` and ``question``)."""
+_HUMAN = "Context:\n{context}\n\nQuestion: {question}\n\nAnswer (with [n] citations):"
+
+
+def _prompt(system: str) -> ChatPromptTemplate:
+    # The system text is fixed (no variables): braces in it must not become variables.
+    escaped = system.replace("{", "{{").replace("}", "}}")
+    return ChatPromptTemplate.from_messages([("system", escaped), ("human", _HUMAN)])
+
+
+ANSWER_PROMPT = _prompt(_SYSTEM.format(refusal=NOT_ENOUGH_INFORMATION))
+"""The answering prompt for Latin-script questions (variables ``context`` and ``question``)."""
+
+
+def refusal_sentence(question: str) -> str:
+    """The fixed "not enough information" reply for ``question``, in its language.
+
+    Example:
+        >>> refusal_sentence("灯塔的透镜是谁发明的？")
+        '提供的文档中没有足够的信息来回答这个问题。'
+        >>> refusal_sentence("Who invented the lens?") == NOT_ENOUGH_INFORMATION
+        True
+
+    """
+    if dominant_script(question) in ("latin", "unknown"):
+        return NOT_ENOUGH_INFORMATION
+    return not_enough_information(question_language(question)) or NOT_ENOUGH_INFORMATION
+
+
+def answer_prompt(question: str) -> ChatPromptTemplate:
+    """The answering prompt for ``question`` (variables ``context`` and ``question``).
+
+    Latin-script questions get `ANSWER_PROMPT`. A question in another script gets one
+    that asks for the answer in its language (`hyde_lc.language.question_language`) and
+    gives the "not enough information" reply in that language (`refusal_sentence`).
+
+    Example:
+        >>> messages = answer_prompt("灯塔的透镜是谁发明的？").format_messages(
+        ...     context="[1] ...", question="灯塔的透镜是谁发明的？")
+        >>> "Answer in Chinese" in messages[0].content
+        True
+
+    """
+    if dominant_script(question) in ("latin", "unknown"):
+        return ANSWER_PROMPT
+    language = question_language(question)
+    system = _SYSTEM.format(refusal=refusal_sentence(question)) + (
+        f" Answer in {language}, whatever the language of the passages."
+    )
+    return _prompt(system)
+
 
 DEFAULT_ANSWER_TOKENS = 512
 """Tokens kept free for the answer when the model sets no ``max_tokens``."""
@@ -106,8 +161,14 @@ def format_context(documents: Sequence[Document]) -> str:
 
 
 def is_abstention(answer: str) -> bool:
-    """True when the answer says the context lacks the information."""
-    return "enough information" in answer.lower()
+    """True when the answer says the context lacks the information, in any language.
+
+    Example:
+        >>> is_abstention(NOT_ENOUGH_INFORMATION), is_abstention("提供的文档中没有足够的信息。")
+        (True, True)
+
+    """
+    return says_not_enough_information(answer)
 
 
 def cited_sources(answer: str, documents: Sequence[Document]) -> list[str]:
@@ -196,7 +257,8 @@ def fit_context(
     count_text, count_prompt = _counters(llm)
     question = clip_query(question)[0]
     reserve = answer_tokens or getattr(llm, "max_tokens", None) or DEFAULT_ANSWER_TOKENS
-    overhead = count_prompt(ANSWER_PROMPT.format_messages(context="", question=question))
+    prompt = answer_prompt(question)
+    overhead = count_prompt(prompt.format_messages(context="", question=question))
     budget = window - int(reserve) - overhead - _SPARE_TOKENS
     if budget < _MIN_PASSAGE_TOKENS:
         raise ContextWindowError(
@@ -275,10 +337,15 @@ def _generate(llm: BaseLanguageModel) -> Runnable[dict[str, Any], str]:
         },
         name="format_context",
     )
+    # A runnable returned by a lambda is run on the lambda's input: the prompt for the
+    # question's language, filled with the question and context.
+    prompt: Runnable[dict[str, Any], Any] = RunnableLambda(
+        lambda inputs: answer_prompt(inputs["question"]), name="answer_prompt"
+    )
     strip = RunnableGenerator(
         strip_reasoning_stream, astrip_reasoning_stream, name="strip_reasoning"
     )
-    return to_prompt | ANSWER_PROMPT | llm | StrOutputParser() | strip
+    return to_prompt | prompt | llm | StrOutputParser() | strip
 
 
 def _answered(

@@ -10,6 +10,12 @@ again as *segments* of at most `SEGMENT_CHARS` characters, cut at a paragraph br
 (`iter_segments`). A document of one segment is split exactly as a whole; a longer one
 is split segment by segment, and its id says so.
 
+Each document's dominant script (`hyde_lc.language.dominant_script`: Latin, CJK, ...) is
+counted on the same first pass; it decides how the document is split
+(`hyde_lc.splitting.make_splitter`). Chinese, Japanese and Korean text is split at its own
+punctuation, so its chunks differ from a Latin-style split of the same text: its id says
+so too.
+
 Example:
     >>> from hyde_lc.documents import scan_file
     >>> source = scan_file(Path("notes.txt"))  # doctest: +SKIP
@@ -33,6 +39,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hyde_lc.errors import IngestError
+from hyde_lc.language import Script, dominant_of, dominant_script, script_counts
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +50,9 @@ PAGE_SEPARATOR = "\n\n"
 MAX_FILE_BYTES = 512 * 1024 * 1024
 """Files larger than this are refused before reading; ``ingest_paths(max_file_bytes=...)``
 / ``--max-file-mb`` change it."""
+SAMPLE_HEAD_CHARS = 20_000
+"""Characters kept from the start of a long text file (`TextSource.sample`) for messages
+about its language."""
 SEGMENT_CHARS = 4 * 1024 * 1024
 """The most characters of a document split at once. Ingestion holds about one segment's
 text, chunks and vectors at a time, whatever the file's size; a document longer than
@@ -261,15 +271,29 @@ def _non_blank(text: str, enough: int) -> int:
     return count
 
 
-def document_id(digest: Any, length: int) -> str:
+def document_id(digest: Any, length: int, script: str = "latin") -> str:
     """The id of a document version: its text's hash (``digest``, a sha256 of its UTF-8).
 
     A document longer than one segment is split segment by segment, so its chunks
     differ from a split of the whole: its id says so (and changes with the segment size).
+    So does a CJK document's (``script="cjk"``), split at CJK punctuation: a collection
+    that holds it split the Latin way gets it replaced, not mixed. Every other script
+    keeps the plain hash, so documents already ingested keep their ids.
+
+    Example:
+        >>> digest = hashlib.sha256("灯塔".encode())
+        >>> document_id(digest, 2) != document_id(digest, 2, "cjk")
+        True
+
     """
-    if length <= SEGMENT_CHARS:
+    marks = []
+    if length > SEGMENT_CHARS:
+        marks.append(f"segments of {SEGMENT_CHARS}")
+    if script == "cjk":
+        marks.append("cjk separators")
+    if not marks:
         return str(digest.hexdigest())[:20]
-    marked = hashlib.sha256(digest.digest() + f"\0segments of {SEGMENT_CHARS}".encode())
+    marked = hashlib.sha256(digest.digest() + "".join(f"\0{m}" for m in marks).encode())
     return marked.hexdigest()[:20]
 
 
@@ -281,6 +305,10 @@ class _TextRead:
     length: int
     has_text: bool
     text: str | None
+    counts: dict[str, int] = field(default_factory=dict)
+    """Letters per script (`hyde_lc.language.script_counts`), added up over the blocks."""
+    head: str = ""
+    """The first `SAMPLE_HEAD_CHARS` characters."""
 
 
 def _read_text(path: Path, notes: list[str], keep_up_to: float) -> _TextRead | None:
@@ -321,9 +349,15 @@ def _hash_text(path: Path, encoding: str, errors: str, keep_up_to: float) -> _Te
     length = 0
     non_blank = 0
     parts: list[str] | None = []
+    counts: dict[str, int] = {}
+    head = ""
     for block in _decoded_blocks(path, encoding, errors):
         digest.update(block.encode("utf-8"))
         length += len(block)
+        for name, count in script_counts(block).items():
+            counts[name] = counts.get(name, 0) + count
+        if len(head) < SAMPLE_HEAD_CHARS:
+            head += block[: SAMPLE_HEAD_CHARS - len(head)]
         if non_blank < MIN_PAGE_CHARS:
             non_blank += _non_blank(block, MIN_PAGE_CHARS)
         if parts is not None:
@@ -331,7 +365,8 @@ def _hash_text(path: Path, encoding: str, errors: str, keep_up_to: float) -> _Te
             if length > keep_up_to:
                 parts = None
     text = "".join(parts) if parts is not None else None
-    return _TextRead(encoding, errors, digest, length, non_blank >= MIN_PAGE_CHARS, text)
+    has_text = non_blank >= MIN_PAGE_CHARS
+    return _TextRead(encoding, errors, digest, length, has_text, text, counts, head)
 
 
 def _pdf_pages(path: Path, notes: list[str]) -> list[tuple[int, str]]:
@@ -414,9 +449,15 @@ class LoadedDocument:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def script(self) -> Script:
+        """The text's dominant script (`hyde_lc.language.dominant_script`)."""
+        return dominant_script(self.text)
+
+    @property
     def doc_id(self) -> str:
         """Content-derived id: the same text always gives the same id (`document_id`)."""
-        return document_id(hashlib.sha256(self.text.encode("utf-8")), len(self.text))
+        digest = hashlib.sha256(self.text.encode("utf-8"))
+        return document_id(digest, len(self.text), self.script)
 
     def page_at(self, offset: int) -> int:
         """The 1-based page number that holds character ``offset``."""
@@ -472,6 +513,15 @@ class TextSource:
     errors: str = "strict"
     text: str | None = None
     digest: str = ""
+    script: str = "unknown"
+    """The document's dominant script (``latin``, ``cjk``, ...; ``unknown``: no letters)."""
+    head: str = ""
+    """The text's first `SAMPLE_HEAD_CHARS` characters when ``text`` is not kept."""
+
+    @property
+    def sample(self) -> str:
+        """Text to judge the document's language by: all of it if kept, else its start."""
+        return self.text if self.text is not None else self.head
 
     @property
     def source(self) -> str:
@@ -524,16 +574,20 @@ def scan_file(
     if path.suffix.lower() == ".pdf":
         text, starts, numbers = _join_pages(_pdf_pages(path, notes), True, notes)
         digest = hashlib.sha256(text.encode("utf-8"))
+        script = dominant_script(text)
+        kept = len(text) <= keep_up_to
         return TextSource(
             path,
             "pdf",
-            document_id(digest, len(text)),
+            document_id(digest, len(text), script),
             len(text),
             notes,
             starts,
             numbers,
-            text=text if len(text) <= keep_up_to else None,
+            text=text if kept else None,
             digest=digest.hexdigest(),
+            script=script,
+            head="" if kept else text[:SAMPLE_HEAD_CHARS],
         )
     read = _read_text(path, notes, min(keep_up_to, SEGMENT_CHARS))
     if read is None or not read.has_text:
@@ -541,16 +595,19 @@ def scan_file(
             notes.append(f"too little text to index (under {MIN_PAGE_CHARS} non-blank characters)")
         empty = hashlib.sha256()
         return TextSource(path, "text", document_id(empty, 0), 0, notes, digest=empty.hexdigest())
+    script = dominant_of(read.counts)
     return TextSource(
         path,
         "text",
-        document_id(read.digest, read.length),
+        document_id(read.digest, read.length, script),
         read.length,
         notes,
         encoding=read.encoding,
         errors=read.errors,
         text=read.text,
         digest=read.digest.hexdigest(),
+        script=script,
+        head="" if read.text is not None else read.head,
     )
 
 

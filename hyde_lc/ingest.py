@@ -4,8 +4,19 @@ Each file becomes one *document* (`hyde_lc.documents`). The document is split wi
 LangChain's recursive character splitter, so chunks may cross pages; every chunk
 records where it starts in the document text (``start_index``), the whitespace the
 splitter dropped before it (``gap_before``), the pages it spans, its position
-(``chunk_index``, consecutive from 0, of ``chunk_count``) and its version
-(``doc_version``: file, content and chunking).
+(``chunk_index``, consecutive from 0, of ``chunk_count``), its version
+(``doc_version``: file, content and chunking) and the document's dominant script
+(``script``: ``latin``, ``cjk``, ...).
+
+The script decides the split (`hyde_lc.splitting`): Chinese, Japanese and Korean text
+is cut at its own punctuation, every other script as LangChain does by default. Unless
+the caller sets ``chunk_size``/``chunk_overlap``, the sizes follow the script and the
+collection's embedding model (`hyde_lc.splitting.default_chunk_size`: 1,000/200
+characters for Latin text; 450/90 for Chinese with multilingual-e5-small, which fits its
+512-token window). A collection whose embedding model reads English only
+(``local:minilm``) gets one warning per call when a document is mostly in another
+script, naming the command that ingests it into a multilingual collection
+(`hyde_lc.language.english_only_warning`); it is ingested all the same.
 
 Ids are derived from content: ingesting an unchanged file again changes nothing (and
 embeds nothing); a changed file's new version is written first and its old chunks
@@ -71,7 +82,9 @@ from hyde_lc.documents import (
     scan_file,
 )
 from hyde_lc.errors import IngestError
+from hyde_lc.language import english_only_warning, is_english_only_model
 from hyde_lc.models import embedding_model_id
+from hyde_lc.splitting import default_chunk_size, make_splitter
 from hyde_lc.store import (
     DOC_VERSION,
     check_embeddings,
@@ -114,6 +127,7 @@ __all__ = [
     "ingest_paths",
     "iter_chunks",
     "load_document",
+    "resolve_chunking",
     "split_document",
 ]
 
@@ -155,13 +169,16 @@ class IngestReport:
     """What ``ingest_paths`` did, file by file."""
 
     files: list[FileResult]
+    warnings: list[str] = field(default_factory=list)
+    """Warnings about the call as a whole (an English-only model given other scripts)."""
 
     def summary(self) -> str:
-        """Human-readable lines: one per file, notes indented under it."""
+        """Human-readable lines: one per file, notes indented under it, then warnings."""
         lines = []
         for result in self.files:
             lines.append(f"{result.status:9} {result.chunks:5} chunks  {result.source}")
             lines.extend(f"          note: {note}" for note in result.notes)
+        lines.extend(f"warning: {warning}" for warning in self.warnings)
         return "\n".join(lines)
 
 
@@ -171,20 +188,54 @@ def doc_version(source: str, doc_id: str, chunk_size: int, chunk_overlap: int) -
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:24]
 
 
-def _splitter(chunk_size: int, chunk_overlap: int) -> RecursiveCharacterTextSplitter:
+def _splitter(
+    chunk_size: int, chunk_overlap: int, script: str = "latin"
+) -> RecursiveCharacterTextSplitter:
     if chunk_size <= 0 or not 0 <= chunk_overlap < chunk_size:
         raise IngestError(
             f"invalid chunking: chunk_size={chunk_size}, chunk_overlap={chunk_overlap}; "
             "need chunk_size > 0 and 0 <= chunk_overlap < chunk_size"
         )
-    return RecursiveCharacterTextSplitter(
-        chunk_size=chunk_size, chunk_overlap=chunk_overlap, add_start_index=True
-    )
+    return make_splitter(chunk_size, chunk_overlap, script)
 
 
-def count_chunks(segments: Iterable[tuple[int, str]], chunk_size: int, chunk_overlap: int) -> int:
+def resolve_chunking(
+    script: str,
+    embedding_model: str,
+    chunk_size: int | None = None,
+    chunk_overlap: int | None = None,
+) -> tuple[int, int]:
+    """``(chunk_size, chunk_overlap)`` for a document in ``script``.
+
+    What the caller set, else the script's default for the embedding model
+    (`default_chunk_size`).
+    A size set without an overlap gets a fifth of it as overlap; an overlap set without a
+    size gets the script's default size. Raises `IngestError` for an overlap that is not
+    below the size.
+
+    Example:
+        >>> resolve_chunking("cjk", "local:multilingual-e5-small")
+        (450, 90)
+        >>> resolve_chunking("latin", "local:minilm", chunk_size=500)
+        (500, 100)
+
+    """
+    default_size, default_overlap = default_chunk_size(script, embedding_model)
+    if chunk_size is None:
+        size = default_size
+        overlap = default_overlap if chunk_overlap is None else chunk_overlap
+    else:
+        size = chunk_size
+        overlap = chunk_size // 5 if chunk_overlap is None else chunk_overlap
+    _splitter(size, overlap)  # refuses impossible settings
+    return size, overlap
+
+
+def count_chunks(
+    segments: Iterable[tuple[int, str]], chunk_size: int, chunk_overlap: int, script: str = "latin"
+) -> int:
     """How many chunks `iter_chunks` makes of these segments (one segment held at a time)."""
-    splitter = _splitter(chunk_size, chunk_overlap)
+    splitter = _splitter(chunk_size, chunk_overlap, script)
     return sum(len(splitter.split_text(segment)) for _, segment in segments)
 
 
@@ -197,13 +248,15 @@ def iter_chunks(
     chunk_size: int,
     chunk_overlap: int,
     chunk_count: int,
+    script: str = "latin",
 ) -> Iterator[Chunk]:
     """The chunks of a document given as segments, in order, with ids and metadata.
 
-    Each segment is split on its own (chunks do not cross segments); ``chunk_count``
-    (from `count_chunks`) goes into every chunk's metadata.
+    Each segment is split on its own (chunks do not cross segments) by the splitter for
+    ``script`` (the document's dominant script, recorded in every chunk's metadata);
+    ``chunk_count`` (from `count_chunks`) goes into every chunk's metadata.
     """
-    splitter = _splitter(chunk_size, chunk_overlap)
+    splitter = _splitter(chunk_size, chunk_overlap, script)
     version = doc_version(source, doc_id, chunk_size, chunk_overlap)
     file_name = Path(source).name
     index = 0
@@ -241,6 +294,7 @@ def iter_chunks(
                     "chunk_overlap": chunk_overlap,
                     DOC_VERSION: version,
                     "embedding_model": embedding_model,
+                    "script": script,
                 },
             )
             index += 1
@@ -253,14 +307,26 @@ def iter_chunks(
 def split_document(
     doc: LoadedDocument,
     embedding_model: str,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-    chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
+    chunk_size: int | None = None,
+    chunk_overlap: int | None = None,
 ) -> list[Chunk]:
-    """Split a document held in memory into chunks, as ingestion does, in document order."""
-    _splitter(chunk_size, chunk_overlap)
+    """Split a document held in memory into chunks, as ingestion does, in document order.
+
+    Sizes left out follow the document's script and ``embedding_model``
+    (`resolve_chunking`).
+
+    Example:
+        >>> doc = load_document(Path("notes_zh.txt"))  # doctest: +SKIP
+        >>> chunks = split_document(doc, "local:multilingual-e5-small")  # doctest: +SKIP
+        >>> chunks[0].metadata["script"], chunks[0].metadata["chunk_size"]  # doctest: +SKIP
+        ('cjk', 450)
+
+    """
+    script = doc.script
+    size, overlap = resolve_chunking(script, embedding_model, chunk_size, chunk_overlap)
     if not doc.text:
         return []
-    count = count_chunks(iter_segments([doc.text]), chunk_size, chunk_overlap)
+    count = count_chunks(iter_segments([doc.text]), size, overlap, script)
     return list(
         iter_chunks(
             doc.source,
@@ -268,9 +334,10 @@ def split_document(
             iter_segments([doc.text]),
             doc.page_at,
             embedding_model,
-            chunk_size,
-            chunk_overlap,
+            size,
+            overlap,
             count,
+            script,
         )
     )
 
@@ -279,8 +346,8 @@ def ingest_paths(
     paths: Sequence[str | Path],
     store: Chroma,
     *,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-    chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
+    chunk_size: int | None = None,
+    chunk_overlap: int | None = None,
     batch_size: int = 64,
     progress: bool = True,
     max_file_bytes: int | None = MAX_FILE_BYTES,
@@ -294,13 +361,20 @@ def ingest_paths(
     ``empty`` and a note; what was passed over inside folders, with status ``skipped``.
     ``batch_size`` chunks are embedded per call; ``max_write`` chunks at most are
     written per Chroma call (default: as many as Chroma takes).
+
+    ``chunk_size``/``chunk_overlap`` (characters) left as None follow each document's
+    script and the collection's embedding model (`resolve_chunking`). When that model
+    reads English only and a document is mostly in another script, the report's
+    ``warnings`` (and the ``hyde_lc`` logger, once per call) say how to ingest it into a
+    multilingual collection.
     """
     embeddings = store.embeddings
     if embeddings is None:
         raise IngestError("the store has no embedding function; open it with open_store()")
     ensure_writable(store)
     check_embeddings(store, embeddings)
-    _splitter(chunk_size, chunk_overlap)
+    model = embedding_model_id(embeddings)
+    resolve_chunking("latin", model, chunk_size, chunk_overlap)  # bad settings fail first
     found = find_files(paths)
     for path in found.files:  # all sizes first: a huge last file fails before any reading
         check_file_size(path, max_file_bytes)
@@ -309,15 +383,15 @@ def ingest_paths(
     for path in found.files:
         source = scan_file(path, max_file_bytes, keep_up_to=budget)
         budget -= len(source.text or "")
-        count = count_chunks(source.segments(), chunk_size, chunk_overlap)
+        size, overlap = resolve_chunking(source.script, model, chunk_size, chunk_overlap)
+        count = count_chunks(source.segments(), size, overlap, source.script)
         sources.append((source, count))
     skipped = [_skipped(item) for item in found.skipped]
+    warnings = _language_warnings(store, model, [s for s, count in sources if count])
     if not any(count for _, count in sources) and not has_collection(store):
         empty = [_empty(source, kept=False) for source, _ in sources]
-        return IngestReport(empty + skipped)
-    settings = _Settings(
-        embedding_model_id(embeddings), chunk_size, chunk_overlap, batch_size, progress, max_write
-    )
+        return IngestReport(empty + skipped, warnings)
+    settings = _Settings(model, chunk_size, chunk_overlap, batch_size, progress, max_write)
     # One writer per embedded collection at a time: another process (or thread) ingesting
     # into the same folder waits here, then sees what the first one wrote.
     resume = (
@@ -325,7 +399,38 @@ def ingest_paths(
         "embedded twice) and the rest are completed, with no duplicate chunks"
     )
     with server_lost_as_error(store, resume), write_lock(store):
-        return IngestReport(_write_documents(store, sources, embeddings, settings) + skipped)
+        written = _write_documents(store, sources, embeddings, settings)
+    return IngestReport(written + skipped, warnings)
+
+
+def _collection_name(store: Chroma) -> str | None:
+    location = getattr(store, "location", None)
+    name = getattr(location, "collection", None) or getattr(store, "_collection_name", None)
+    return str(name) if name else None
+
+
+def _language_warnings(store: Chroma, model: str, sources: list[TextSource]) -> list[str]:
+    """One warning (logged once) when an English-only model is given other scripts."""
+    if not is_english_only_model(model):
+        return []
+    unreadable = [s for s in sources if s.script not in ("latin", "unknown")]
+    if not unreadable:
+        return []
+    first = unreadable[0]
+    warning = english_only_warning(
+        model, first.sample, source=first.source, collection=_collection_name(store)
+    )
+    if warning is None:  # the sample's judgement differs from the whole document's
+        return []
+    if len(unreadable) > 1:
+        others = ", ".join(s.path.name for s in unreadable[1:4])
+        more = "..." if len(unreadable) > 4 else ""
+        warning += (
+            f" ({len(unreadable) - 1} more file(s) of this ingest are not Latin-script either:"
+            f" {others}{more})"
+        )
+    logger.warning("%s", warning)
+    return [warning]
 
 
 def _skipped(item: Skipped) -> FileResult:
@@ -345,11 +450,15 @@ def _empty(source: TextSource, kept: bool) -> FileResult:
 @dataclass
 class _Settings:
     model: str
-    chunk_size: int
-    chunk_overlap: int
+    chunk_size: int | None
+    chunk_overlap: int | None
     batch_size: int
     progress: bool
     max_write: int | None
+
+    def chunking(self, script: str) -> tuple[int, int]:
+        """Chunk size and overlap for a document in ``script``."""
+        return resolve_chunking(script, self.model, self.chunk_size, self.chunk_overlap)
 
 
 @dataclass
@@ -359,6 +468,8 @@ class _Plan:
     source: TextSource
     count: int
     version: str
+    chunk_size: int
+    chunk_overlap: int
     current: int = 0
     """Chunks of this version already in the collection."""
     existing: int = 0
@@ -380,8 +491,8 @@ class _Plan:
 def _plan(store: Chroma, source: TextSource, count: int, settings: _Settings) -> _Plan:
     """Sort the chunks the collection holds of ``source``'s file (read in pages)."""
     name, doc_id = source.source, source.doc_id
-    size, overlap = settings.chunk_size, settings.chunk_overlap
-    plan = _Plan(source, count, doc_version(name, doc_id, size, overlap))
+    size, overlap = settings.chunking(source.script)
+    plan = _Plan(source, count, doc_version(name, doc_id, size, overlap), size, overlap)
     for page in iter_pages(store, {"source": name}):
         for id_, meta in zip(page["ids"], page["metadatas"] or [], strict=True):
             meta = meta or {}
@@ -462,9 +573,10 @@ def _write_document(
             source.segments(),
             source.page_at,
             settings.model,
-            settings.chunk_size,
-            settings.chunk_overlap,
+            plan.chunk_size,
+            plan.chunk_overlap,
             plan.count,
+            source.script,
         )
         if plan.count <= limit and not plan.pending:
             embedded = _write_whole(store, plan, list(chunks), embeddings, settings, bar)

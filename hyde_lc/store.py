@@ -990,16 +990,30 @@ def iter_metadatas(store: Chroma, where: dict | None = None) -> list[tuple[str, 
     return out
 
 
-def collection_info(store: Chroma) -> dict[str, Any]:
-    """Facts about a collection: chunks, documents, embedding model and dimension.
+SCRIPT_NOT_RECORDED = "unknown"
+"""The script reported for chunks ingested before chunks recorded their script."""
 
-    Counts what searches see. Documents whose writing was interrupted are listed apart
-    under ``incomplete`` (chunks written so far, of how many): searches do not see them
-    until the same file is ingested again, which completes them.
+
+def collection_info(store: Chroma) -> dict[str, Any]:
+    """Facts about a collection: chunks, documents, scripts, embedding model and dimension.
+
+    Counts what searches see. ``scripts`` counts chunks per script of their document
+    (``latin``, ``cjk``, ...; `SCRIPT_NOT_RECORDED` for chunks ingested before chunks
+    recorded it), most chunks first; each document lists its own ``script``. Documents
+    whose writing was interrupted are listed apart under ``incomplete`` (chunks written
+    so far, of how many): searches do not see them until the same file is ingested
+    again, which completes them.
+
+    Example:
+        >>> info = collection_info(open_store())  # doctest: +SKIP
+        >>> info["scripts"]  # doctest: +SKIP
+        {'latin': 41, 'cjk': 12}
+
     """
     metadata = fresh_metadata(store)
     pending = _pending_in(metadata)
     documents: dict[str, dict[str, Any]] = {}
+    scripts: dict[str, int] = {}
     visible = 0
     where = {DOC_VERSION: {"$nin": pending}} if pending else None
     for page in iter_pages(store, where):
@@ -1007,9 +1021,17 @@ def collection_info(store: Chroma) -> dict[str, Any]:
             meta = meta or {}
             visible += 1
             source = str(meta.get("source", "?"))
+            script = str(meta.get("script") or SCRIPT_NOT_RECORDED)
+            scripts[script] = scripts.get(script, 0) + 1
             entry = documents.setdefault(
                 source,
-                {"source": source, "doc_id": meta.get("doc_id"), "chunks": 0, "pages": set()},
+                {
+                    "source": source,
+                    "doc_id": meta.get("doc_id"),
+                    "chunks": 0,
+                    "pages": set(),
+                    "script": script,
+                },
             )
             entry["chunks"] += 1
             if "page" in meta:
@@ -1038,6 +1060,7 @@ def collection_info(store: Chroma) -> dict[str, Any]:
             for doc in sorted(documents.values(), key=lambda d: d["source"])
         ],
         "incomplete": sorted(incomplete.values(), key=lambda d: d["source"]),
+        "scripts": dict(sorted(scripts.items(), key=lambda item: (-item[1], item[0]))),
         "embedding_model": metadata.get(META_MODEL),
         "embedding_dimension": metadata.get(META_DIMENSION),
     }
