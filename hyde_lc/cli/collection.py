@@ -2,6 +2,7 @@
 
 Example:
     $ hyde-lc ingest --sample
+    $ hyde-lc ingest --sample zh --collection lighthouses_zh
     $ hyde-lc ingest docs/ notes.md --chunk-size 800 --json
     $ hyde-lc info
 
@@ -10,6 +11,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Any
@@ -26,6 +28,10 @@ from hyde_lc.errors import HydeLcError
 
 SAMPLE_LANGUAGES = ("en", "zh")
 """`hyde_lc.samples.SAMPLE_LANGUAGES` (kept here: the parser does not import the library)."""
+MULTILINGUAL_EMBEDDINGS = "local:multilingual-e5-small"
+"""`hyde_lc.language.MULTILINGUAL_EMBEDDINGS`: what ``--sample zh`` embeds a new collection with."""
+EMBEDDINGS_ENV = "HYDE_LC_EMBEDDINGS"
+"""`hyde_lc.models.EMBEDDINGS_ENV`."""
 UNDONE_STATUSES = ("empty", "skipped")
 """File statuses that leave work undone: the command ingests the rest, then exits 1."""
 
@@ -37,6 +43,29 @@ def _sample_language(text: str) -> str:
             "put files and folders before --sample"
         )
     return text
+
+
+def sample_embeddings(args: argparse.Namespace) -> str | None:
+    """The embeddings ``--sample zh`` chooses when none were asked for (None: no choice).
+
+    The Chinese sample is embedded with ``local:multilingual-e5-small`` (the default
+    model reads English only) when neither ``--embeddings`` nor ``$HYDE_LC_EMBEDDINGS``
+    names a model and the collection does not exist yet. An existing collection keeps
+    its model (the English-only warning then names the command for a new one).
+
+    Example:
+        >>> ns = argparse.Namespace(sample="zh", embeddings=None, store="/tmp/new",
+        ...                         chroma_url=None, collection="zh")
+        >>> sample_embeddings(ns)  # doctest: +SKIP
+        'local:multilingual-e5-small'
+
+    """
+    if args.sample != "zh" or args.embeddings or os.environ.get(EMBEDDINGS_ENV):
+        return None
+    from hyde_lc.store import StoreLocation, collection_exists
+
+    location = StoreLocation.resolve(args.store, args.chroma_url, args.collection)
+    return None if collection_exists(location) else MULTILINGUAL_EMBEDDINGS
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -53,7 +82,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     paths = [*args.paths, *(sample_files(args.sample) if args.sample else [])]
     if not paths:
         raise HydeLcError("nothing to ingest: give files or folders, or --sample")
-    if args.chunk_overlap >= args.chunk_size:
+    if args.chunk_size is not None and (args.chunk_overlap or 0) >= args.chunk_size:
         raise HydeLcError(
             f"--chunk-overlap ({args.chunk_overlap}) must be smaller than --chunk-size "
             f"({args.chunk_size})"
@@ -62,6 +91,15 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     # Paths are checked before the store is opened: a typo creates no store.
     for path in discover_files(paths):
         check_file_size(path, max_bytes)
+    chosen = sample_embeddings(args)
+    if chosen is not None:
+        args.embeddings = chosen
+        print(
+            f"hyde-lc: the Chinese sample goes into a new collection embedded with {chosen} "
+            "(the default model reads English only); pass --embeddings "
+            f"{chosen} to ask, evaluate and info with this collection",
+            file=sys.stderr if args.json else sys.stdout,
+        )
     store = open_collection(args, must_exist=False)
     start = time.perf_counter()
     with endpoint_errors(store.embeddings, role="embedding"):
@@ -82,6 +120,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                     "files": [vars(f) for f in report.files],
                     "chunks": chunks,
                     "seconds": round(elapsed, 3),
+                    "warnings": report.warnings,
                 }
             )
         )
@@ -131,7 +170,12 @@ def add_commands(sub: Any) -> None:
         "ingest",
         help="ingest PDF, .txt and .md files into the collection",
         description="Ingest PDF, .txt and .md files (folders recurse) into the collection. "
-        "Unchanged files are skipped, changed ones replaced. Exits 1 after ingesting the "
+        "Unchanged files are skipped, changed ones replaced. Each document is split for its "
+        "script: Chinese, Japanese and Korean text at its own punctuation, in chunks that "
+        "fit the embedding model (450 characters with local:multilingual-e5-small), other "
+        "text in chunks of 1000. local:minilm (the default) reads English only: a document "
+        "mostly in another script gets a warning naming the command for a multilingual "
+        "collection (--embeddings local:multilingual-e5-small). Exits 1 after ingesting the "
         "rest when a file had no text to index (a scanned PDF: run OCR first) or something "
         "inside a folder was passed over (unreadable, not a regular file).",
     )
@@ -142,10 +186,21 @@ def add_commands(sub: Any) -> None:
         const="en",
         type=_sample_language,
         metavar="{" + ",".join(SAMPLE_LANGUAGES) + "}",
-        help="also ingest the bundled sample document: en (default) or zh",
+        help="also ingest the bundled sample document: en (default) or zh. zh into a new "
+        "collection uses --embeddings local:multilingual-e5-small unless --embeddings or "
+        "$HYDE_LC_EMBEDDINGS names a model (ask it with the same --embeddings)",
     )
-    ingest.add_argument("--chunk-size", type=positive_int, default=1000)
-    ingest.add_argument("--chunk-overlap", type=non_negative_int, default=200)
+    ingest.add_argument(
+        "--chunk-size",
+        type=positive_int,
+        help="characters per chunk (default: by script and model: 1000 for Latin text; "
+        "for CJK 450 with multilingual-e5-small, 240 with minilm)",
+    )
+    ingest.add_argument(
+        "--chunk-overlap",
+        type=non_negative_int,
+        help="characters shared by neighbouring chunks (default: a fifth of the chunk size)",
+    )
     ingest.add_argument(
         "--max-file-mb",
         type=positive_float,

@@ -65,6 +65,30 @@ def ingest_lines(files: Sequence[Any]) -> list[str]:
     return lines
 
 
+SCRIPT_LABELS = {
+    "cjk": "Chinese, Japanese or Korean",
+    "other": "letters of no listed script",
+    "unknown": "not recorded: ingested before chunks recorded it, or no letters",
+}
+"""What ``hyde-lc info`` adds to script names that do not explain themselves."""
+
+
+def script_summary(scripts: dict[str, int]) -> str:
+    """Chunks per script (`hyde_lc.store.collection_info`'s ``scripts``), as info shows them.
+
+    Example:
+        >>> script_summary({"cjk": 12, "latin": 3})
+        'cjk (Chinese, Japanese or Korean) 12 chunks; latin 3 chunks'
+
+    """
+    parts = []
+    for script, count in scripts.items():
+        label = SCRIPT_LABELS.get(script)
+        name = shown_line(script) + (f" ({label})" if label else "")
+        parts.append(f"{name} {count} chunks")
+    return "; ".join(parts)
+
+
 def info_lines(info: dict[str, Any]) -> list[str]:
     """`hyde_lc.store.collection_info` (plus ``location``) as text."""
     lines = [
@@ -73,9 +97,14 @@ def info_lines(info: dict[str, Any]) -> list[str]:
         f"({info['embedding_dimension']} dimensions)",
         f"chunks: {info['chunks']}",
     ]
+    scripts = info.get("scripts")
+    if scripts:
+        lines.append(f"scripts: {script_summary(scripts)}")
     for doc in info["documents"]:
+        script = f"  [{shown_line(str(doc['script']))}]" if "script" in doc else ""
         lines.append(
             f"  {doc['chunks']:5} chunks, {doc['pages']:3} pages  {shown_line(doc['source'])}"
+            f"{script}"
         )
     incomplete = info.get("incomplete") or []
     if incomplete:
