@@ -478,10 +478,11 @@ class CollectionLexicalSearch(LexicalSearch):
 
         for source in sources:
             self.index.delete_source(source)
-            chunks = [
+            # Streamed page by page: a large document's text is never held whole.
+            chunks = (
                 (str(d.id), d.page_content)
                 for d in store.iter_chunks(self.vectorstore, {"source": source})
-            ]
+            )
             self.index.add(chunks, source)
 
 

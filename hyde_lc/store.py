@@ -53,8 +53,13 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
-from hyde_lc.errors import EmbeddingMismatchError, StoreError, StoreUnavailableError
-from hyde_lc.models import embedding_model_id, load_embeddings
+from hyde_lc.errors import (
+    EmbeddingMismatchError,
+    InvalidSettingError,
+    StoreError,
+    StoreUnavailableError,
+)
+from hyde_lc.models import EMBEDDINGS_ENV, embedding_model_id
 
 try:
     import fcntl
@@ -80,6 +85,7 @@ TIMEOUT_ENV = "HYDE_LC_CHROMA_TIMEOUT"
 SQLITE_FILE = "chroma.sqlite3"
 COSINE: dict[str, Any] = {"hnsw": {"space": "cosine"}}
 _PAGE = 5000
+_TEXT_PAGE = 1000
 _NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]{1,510}[a-zA-Z0-9]")
 
 
@@ -944,25 +950,48 @@ def open_store(
     """
     location = StoreLocation.resolve(path, url, collection, timeout)
     check_collection_name(location.collection)
-    embeddings = embeddings or load_embeddings()
     try:
         opened = _open_existing(location)
     except StoreError:
         raise
     except Exception as exc:  # chromadb's errors: damaged database, ...
         raise StoreError(f"cannot open {location.describe()}: {exc}") from exc
+    embeddings = embeddings or _default_embeddings(opened.collection)
     store = HydeChroma(location, embeddings, opened.client, opened.collection, opened.copy_of)
     check_embeddings(store, embeddings, location.describe())
     return store
+
+
+def _default_embeddings(collection: Any) -> Embeddings:
+    """The model an existing collection records, else ``$HYDE_LC_EMBEDDINGS`` or MiniLM.
+
+    A collection built with the multilingual embedder is then opened with it without
+    ``--embeddings``; a model named by the environment still wins (and a different one
+    is refused by the model check, as before).
+    """
+    from hyde_lc import models  # looked up at call time, as the CLI does
+
+    recorded = None
+    if collection is not None and not os.environ.get(EMBEDDINGS_ENV):
+        recorded = (collection.metadata or {}).get(META_MODEL)
+    if isinstance(recorded, str) and recorded.startswith("local:"):
+        try:
+            return models.load_embeddings(recorded)
+        except InvalidSettingError:  # a local model this version does not know
+            pass
+    return models.load_embeddings()
 
 
 # -- reading everything -------------------------------------------------------------------
 
 
 def iter_pages(
-    store: Chroma, where: dict | None = None, include: Sequence[str] = ("metadatas",)
+    store: Chroma,
+    where: dict | None = None,
+    include: Sequence[str] = ("metadatas",),
+    page_size: int = _PAGE,
 ) -> Iterator[dict[str, Any]]:
-    """The collection's records matching ``where``, ``_PAGE`` at a time (memory bounded).
+    """The collection's records matching ``where``, ``page_size`` at a time (memory bounded).
 
     ``where`` is used as given: pass it through `visible_where` to see what searches see.
     """
@@ -971,12 +1000,12 @@ def iter_pages(
         return
     offset = 0
     while True:
-        page = collection.get(where=where, include=list(include), limit=_PAGE, offset=offset)
+        page = collection.get(where=where, include=list(include), limit=page_size, offset=offset)
         if page["ids"]:
             yield page
-        if len(page["ids"]) < _PAGE:
+        if len(page["ids"]) < page_size:
             return
-        offset += _PAGE
+        offset += page_size
 
 
 def iter_metadatas(store: Chroma, where: dict | None = None) -> list[tuple[str, dict]]:
@@ -1356,8 +1385,13 @@ def write_under_way(store: Chroma, generation: str | None, stale_after: float = 
 
 
 def iter_chunks(store: Chroma, where: dict | None = None) -> Iterator[Document]:
-    """Every chunk searches can see (matching ``where``), as Documents, ``_PAGE`` at a time."""
-    for page in iter_pages(store, visible_where(store, where), include=("documents", "metadatas")):
+    """Every chunk searches can see (matching ``where``), as Documents, a page at a time.
+
+    Pages of `_TEXT_PAGE` chunks: with their texts, a page of 5,000 large chunks alone
+    would hold about 10 MB.
+    """
+    include = ("documents", "metadatas")
+    for page in iter_pages(store, visible_where(store, where), include, page_size=_TEXT_PAGE):
         texts, metas = page["documents"] or [], page["metadatas"] or []
         for id_, text, meta in zip(page["ids"], texts, metas, strict=True):
             yield Document(page_content=text or "", metadata=dict(meta or {}), id=id_)

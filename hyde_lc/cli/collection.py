@@ -96,8 +96,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         args.embeddings = chosen
         print(
             f"hyde-lc: the Chinese sample goes into a new collection embedded with {chosen} "
-            "(the default model reads English only); pass --embeddings "
-            f"{chosen} to ask, evaluate and info with this collection",
+            "(the default model reads English only); ask, evaluate and info use the "
+            "model the collection records",
             file=sys.stderr if args.json else sys.stdout,
         )
     store = open_collection(args, must_exist=False)
@@ -188,7 +188,8 @@ def add_commands(sub: Any) -> None:
         metavar="{" + ",".join(SAMPLE_LANGUAGES) + "}",
         help="also ingest the bundled sample document: en (default) or zh. zh into a new "
         "collection uses --embeddings local:multilingual-e5-small unless --embeddings or "
-        "$HYDE_LC_EMBEDDINGS names a model (ask it with the same --embeddings)",
+        "$HYDE_LC_EMBEDDINGS names a model (ask, evaluate and info then use the model the "
+        "collection records)",
     )
     ingest.add_argument(
         "--chunk-size",

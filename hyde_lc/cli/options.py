@@ -268,7 +268,8 @@ def open_collection(args: argparse.Namespace, must_exist: bool) -> Any:
         location.path,
         url=location.url,
         collection=location.collection,
-        embeddings=load_embeddings(args.embeddings),
+        # none named: the model the collection records (open_store), else the default
+        embeddings=load_embeddings(args.embeddings) if args.embeddings else None,
     )
     if must_exist and visible_count(store) == 0:
         raise HydeLcError(f"{location.describe()} is empty: run `hyde-lc ingest PATH...` first")

@@ -295,7 +295,15 @@ def test_ask_names_a_server_lost_mid_question(own_server, embeddings, monkeypatc
     writer = StopsServerThenWrites(responses=["Lamps burned whale oil."], server=own_server)
     monkeypatch.setattr("hyde_lc.models.load_llm", lambda *args, **kwargs: writer)
     code = cli.main(
-        ["ask", "How were lamps fuelled?", "--no-answer", "--chroma-url", own_server.url]
+        [
+            "ask",
+            "How were lamps fuelled?",
+            "--no-answer",
+            "--mode",
+            "hyde",
+            "--chroma-url",
+            own_server.url,
+        ]
     )
     err = capsys.readouterr().err
     assert code == 2, err

@@ -341,7 +341,7 @@ def test_ingest_sample_zh_builds_a_multilingual_collection(tmp_path, capsys, spe
     out = capsys.readouterr()
     record = json.loads(out.out)
     assert specs == [E5] and record["warnings"] == []
-    assert f"embedded with {E5}" in out.err and f"--embeddings {E5}" in out.err
+    assert f"embedded with {E5}" in out.err and "the model the collection records" in out.err
     store = open_store(tmp_path / "s", embeddings=named(E5))
     assert collection_info(store)["embedding_model"] == E5
     metas = [m for _, m in iter_metadatas(store)]
@@ -355,7 +355,20 @@ def test_ingest_sample_zh_into_an_english_collection_warns(tmp_path, capsys, spe
     capsys.readouterr()
     assert cli.main(["ingest", "--sample", "zh", *where]) == 0
     out = capsys.readouterr()
-    assert specs == [None, None]  # the collection's default model, kept
+    assert specs == [None, "local:minilm"]  # the model the collection records, kept
     assert "reads English only" in out.err
     assert f"--collection hyde_lc_zh --embeddings {E5}" in out.err
     assert "added" in out.out and "lighthouses_zh.pdf" in out.out
+
+
+def test_commands_open_a_collection_with_the_model_it_records(tmp_path, capsys, specs):
+    where = ["--store", str(tmp_path / "s")]
+    assert cli.main(["ingest", "--sample", "zh", *where]) == 0
+    capsys.readouterr()
+    del specs[:]
+    assert cli.main(["info", *where, "--json"]) == 0  # no --embeddings: e5, not MiniLM
+    assert specs == [E5]
+    assert json.loads(capsys.readouterr().out)["embedding_model"] == E5
+    # A model named on the command line still wins, and a different one is refused.
+    assert cli.main(["info", *where, "--embeddings", "local:minilm"]) == 2
+    assert "local:minilm" in capsys.readouterr().err
