@@ -451,14 +451,33 @@ def _kill(process: subprocess.Popen[Any]) -> None:
         process.wait()
 
 
-def _run(args: list[str], env: dict[str, str], pipe: str | None, timeout: float) -> tuple:
+def permissions_prefix() -> list[str] | None:
+    """A command prefix under which file permissions apply; None where there is none.
+
+    Not root: nothing to add. As root (who reads folders and files of any mode),
+    ``setpriv`` drops the capabilities that override permissions, where it can.
+    """
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return None
+    prefix = [setpriv, "--bounding-set=-dac_override,-dac_read_search"]
+    if subprocess.run([*prefix, "true"], capture_output=True).returncode != 0:
+        return None
+    return prefix
+
+
+def _run(
+    args: list[str], env: dict[str, str], pipe: str | None, timeout: float, prefix: list[str]
+) -> tuple:
     """Run the command; stdout into a closed pipe for ``pipe = "closed"``."""
     reader = writer = None
     if pipe == "closed":
         reader, writer = os.pipe()
         os.close(reader)
     process = subprocess.Popen(
-        [HYDE_LC, *args],
+        [*prefix, HYDE_LC, *args],
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=writer if writer is not None else subprocess.PIPE,
@@ -481,8 +500,8 @@ def skip_reason(case: Case, include_pending: bool = False) -> str | None:
     """Why a case cannot run here (pending, needs another user or a program), or None."""
     if case.pending and not include_pending:
         return f"pending: {case.pending}"
-    if "non_root" in case.needs and os.geteuid() == 0:
-        return "needs a non-root user (root reads folders and files of any mode)"
+    if "non_root" in case.needs and permissions_prefix() is None:
+        return "needs a non-root user, or setpriv (root reads folders and files of any mode)"
     if "chroma" in case.needs and not (Path(sys.executable).parent / "chroma").exists():
         return "needs the `chroma` server command"
     return None
@@ -513,7 +532,8 @@ def run_case(case: Case, session: Session, tmp: Path) -> Outcome:
         args = [_fill(a, values) for a in case.args]
         same_files = {p: Path(p).read_bytes() for p in (_fill(f, values) for f in case.same_files)}
         before = collection_digest(ctx.store) if case.unchanged is not None else None
-        code, out, err = _run(args, env, case.pipe, case.timeout)
+        prefix = (permissions_prefix() or []) if "non_root" in case.needs else []
+        code, out, err = _run(args, env, case.pipe, case.timeout, prefix)
         after = collection_digest(ctx.store) if case.unchanged is not None else None
     finally:
         for undo in reversed(ctx.cleanups):
