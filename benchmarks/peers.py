@@ -4,27 +4,33 @@ LangChain's ``HypotheticalDocumentEmbedder`` (langchain-classic) searches with t
 the hypotheses' embeddings (the question left out); LlamaIndex's ``HyDEQueryTransform``
 (llama-index-core) with the equal-weight mean of the hypothesis and the question. Both
 are run here as their libraries run them, against hyde_lc's dense HyDE (query weight 0.8)
-and its default configuration (hybrid HyDE), on:
+and its default configuration with a hypothesis model (hybrid HyDE), on:
 
 * the same corpus vectors: SciFact embedded once with local:minilm, searched exactly
   (`hyde_lc.bench.retrieval.ExactIndex`) by every system;
-* the same hypotheses: each system's LLM is a stand-in that returns, instantly, the
-  hypothesis cached for the question (``--hypothesis-cache``, as ``hyde-lc bench`` wrote
-  it), so nothing is generated and every system embeds the very same passage.
+* the same hypotheses: each system's LLM is a stand-in that returns the hypothesis cached
+  for the question (``--hypothesis-cache``, as ``hyde-lc bench`` wrote it), so nothing is
+  generated and every system embeds the very same passage.
 
 Quality: nDCG@10 and Recall@100 on the test queries, each row against hyde_lc's dense
 HyDE and its default by a paired bootstrap over queries. Two hyde_lc configurations that
 should reproduce the peers exactly (``hypotheses-only``, ``w=paper``) check the setup.
 
-Overhead outside the LLM: time per query of everything but generation (prompt, the
-stand-in writer, embedding, search), measured in one run that interleaves the systems
-query by query (the order rotates) so machine load hits them alike; reported as medians
-and as ratios to LangChain's.
+Overhead outside the LLM: time per query of everything but generation (prompt, embedding,
+search), measured in one run that interleaves the systems query by query (the order
+rotates) so machine load hits them alike; reported as medians and as ratios to
+LangChain's. The stand-in writer is instant by default; ``--writer-seconds S`` makes every
+system's writer sleep S seconds first, as a real one takes seconds, and the time the writer
+measured itself spending is taken off each query's wall time: what is left is the work not
+hidden behind generation (hyde_lc embeds the question while the hypothesis is written).
+The quality run always uses the instant writer.
 
     pip install "hyde-lc[peers]"
     python -m benchmarks.peers ../shared/data/scifact \\
         --hypothesis-cache benchmarks/results/hypotheses/scifact-qwen2.5-coder-1.5b.sqlite \\
         --out benchmarks/results/peers
+    # a writer that takes half a second (as every real one takes longer):
+    python -m benchmarks.peers ... --writer-seconds 0.5 --out benchmarks/results/peers-writer-0.5s
 """
 
 from __future__ import annotations
@@ -72,21 +78,40 @@ def question_of(prompt: str) -> str:
     return head.partition("Question: ")[2]
 
 
+class WriterClock:
+    """The stand-in writers' latency, and the seconds they have spent on it so far."""
+
+    def __init__(self, seconds: float = 0.0) -> None:
+        self.seconds = seconds
+        self.spent = 0.0
+
+    def write(self, text: str) -> str:
+        """``text``, after ``seconds`` of sleep (timed, and added to ``spent``)."""
+        if self.seconds > 0:
+            start = time.perf_counter()
+            time.sleep(self.seconds)
+            self.spent += time.perf_counter() - start
+        return text
+
+
 class CachedWriter(BaseChatModel):
     """A chat model that returns the cached hypothesis for the question in its prompt."""
 
     hypotheses: dict[str, str]
+    clock: WriterClock
 
     @property
     def _llm_type(self) -> str:
         return "cached-writer"
 
     def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any):
-        text = self.hypotheses[question_of(messages[-1].text)]
+        text = self.clock.write(self.hypotheses[question_of(messages[-1].text)])
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
 
 
-def llama_index_parts(embeddings: Embeddings, hypotheses: dict[str, str]) -> tuple[Any, Any]:
+def llama_index_parts(
+    embeddings: Embeddings, hypotheses: dict[str, str], clock: WriterClock
+) -> tuple[Any, Any]:
     """LlamaIndex's stand-in LLM and an embedding model over ``embeddings``.
 
     Hand-written adapters: llama-index-embeddings-langchain would add a package for the
@@ -101,7 +126,7 @@ def llama_index_parts(embeddings: Embeddings, hypotheses: dict[str, str]) -> tup
             return LLMMetadata(model_name="cached-writer")
 
         def complete(self, prompt: str, formatted: bool = False, **kw: Any) -> CompletionResponse:
-            return CompletionResponse(text=hypotheses[question_of(prompt)])
+            return CompletionResponse(text=clock.write(hypotheses[question_of(prompt)]))
 
         def stream_complete(self, prompt: str, formatted: bool = False, **kw: Any) -> Any:
             yield self.complete(prompt)
@@ -145,6 +170,7 @@ def systems(
     hypotheses: dict[str, str],
     prompt: str,
     k: int,
+    clock: WriterClock,
 ) -> dict[str, Callable[[str], list[str]]]:
     """Each system as question -> ranked document ids."""
     from langchain_classic.chains import HypotheticalDocumentEmbedder
@@ -152,11 +178,11 @@ def systems(
     from llama_index.core.prompts import PromptTemplate as LlamaPrompt
 
     template = get_prompt(prompt).template
-    writer = CachedWriter(hypotheses=hypotheses)
+    writer = CachedWriter(hypotheses=hypotheses, clock=clock)
     langchain = HypotheticalDocumentEmbedder.from_llm(
         writer, embeddings, custom_prompt=PromptTemplate.from_template(template)
     )
-    llama_writer, llama_embeddings = llama_index_parts(embeddings, hypotheses)
+    llama_writer, llama_embeddings = llama_index_parts(embeddings, hypotheses, clock)
     llama = HyDEQueryTransform(
         llm=llama_writer,
         hyde_prompt=LlamaPrompt(template.replace("{question}", "{context_str}")),
@@ -179,7 +205,7 @@ def systems(
             llama_embeddings.get_agg_embedding_from_queries(llama.run(q).embedding_strs)
         ),
         "hyde_lc hyde (dense, w=0.8)": hyde_lc(lexical="off"),
-        "hyde_lc hybrid-hyde (default)": hyde_lc(),
+        "hyde_lc hybrid-hyde (HyDE default)": hyde_lc(),
         "hyde_lc hyde(hypotheses-only)": hyde_lc(lexical="off", include_query=False),
         "hyde_lc hyde(w=paper)": hyde_lc(lexical="off", query_weight=None),
         "hyde_lc standard (no LLM)": hyde_lc(lexical="off", n_hypotheses=0),
@@ -190,9 +216,9 @@ TIMED = (
     "LangChain HypotheticalDocumentEmbedder",
     "LlamaIndex HyDEQueryTransform",
     "hyde_lc hyde (dense, w=0.8)",
-    "hyde_lc hybrid-hyde (default)",
+    "hyde_lc hybrid-hyde (HyDE default)",
 )
-REFERENCES = ("hyde_lc hyde (dense, w=0.8)", "hyde_lc hybrid-hyde (default)")
+REFERENCES = ("hyde_lc hyde (dense, w=0.8)", "hyde_lc hybrid-hyde (HyDE default)")
 SAME_AS = {
     "LangChain HypotheticalDocumentEmbedder": "hyde_lc hyde(hypotheses-only)",
     "LlamaIndex HyDEQueryTransform": "hyde_lc hyde(w=paper)",
@@ -227,23 +253,30 @@ def quality(data: Any, run: dict[str, Callable[[str], list[str]]]) -> dict[str, 
     return rows
 
 
-def overhead(questions: list[str], run: dict[str, Callable[[str], list[str]]]) -> dict:
-    """Seconds per query of each system, interleaved query by query (rotating order)."""
+def overhead(
+    questions: list[str], run: dict[str, Callable[[str], list[str]]], clock: WriterClock
+) -> dict:
+    """Seconds per query of each system outside its writer, interleaved query by query
+    (rotating order)."""
     names = list(TIMED)
     for name in names:  # warm up: models loaded, first-call costs paid
         run[name](questions[0])
     seconds: dict[str, list[float]] = {name: [] for name in names}
+    writing: dict[str, list[float]] = {name: [] for name in names}
     for i, question in enumerate(questions):
         for name in names[i % len(names) :] + names[: i % len(names)]:
-            start = time.perf_counter()
+            spent, start = clock.spent, time.perf_counter()
             run[name](question)
-            seconds[name].append(time.perf_counter() - start)
+            wall, written = time.perf_counter() - start, clock.spent - spent
+            seconds[name].append(wall - written)
+            writing[name].append(written)
     base = statistics.median(seconds[names[0]])
     return {
         name: {
             "median_ms": round(1000 * statistics.median(values), 2),
             "p95_ms": round(1000 * float(np.percentile(values, 95)), 2),
             "ratio_to_langchain": round(statistics.median(values) / base, 3),
+            "writer_median_ms": round(1000 * statistics.median(writing[name]), 2),
             "queries": len(values),
         }
         for name, values in seconds.items()
@@ -254,7 +287,7 @@ EMBEDDED_TEXTS = {
     "LangChain HypotheticalDocumentEmbedder": "1 (the hypothesis)",
     "LlamaIndex HyDEQueryTransform": "2 (hypothesis, question)",
     "hyde_lc hyde (dense, w=0.8)": "2 (question, hypothesis)",
-    "hyde_lc hybrid-hyde (default)": "2 (question, hypothesis) + BM25 search",
+    "hyde_lc hybrid-hyde (HyDE default)": "2 (question, hypothesis) + BM25 search",
 }
 
 
@@ -265,7 +298,7 @@ def markdown(rows: dict[str, dict], timing: dict[str, dict], meta: dict) -> str:
         f"{meta['embeddings']}, hypotheses of {meta['llm']} from the cache, prompt "
         f"{meta['prompt']})",
         "",
-        "| system | nDCG@10 | R@100 | vs hyde_lc dense HyDE | vs hyde_lc default |",
+        "| system | nDCG@10 | R@100 | vs hyde_lc dense HyDE | vs hyde_lc HyDE default |",
         "|---|---|---|---|---|",
     ]
     for name, row in rows.items():
@@ -289,11 +322,17 @@ def markdown(rows: dict[str, dict], timing: dict[str, dict], meta: dict) -> str:
             f"{peer}: the same top 10 as {same['system']} on {same['queries']} of "
             f"{same['of']} queries."
         )
+    writer = (
+        "an instant stand-in writer"
+        if not meta["writer_seconds"]
+        else f"a stand-in writer that sleeps {meta['writer_seconds']:g} s, its measured time "
+        "taken off each query's wall time"
+    )
     lines += [
         "",
-        f"**Time per query outside the LLM** (an instant stand-in writer; prompt, embedding "
-        f"and search of {meta['corpus']:,} documents, k={TIMED_K}; {meta['timed_queries']} "
-        f"queries, the systems interleaved; {meta['machine']})",
+        f"**Time per query outside the LLM** ({writer}; prompt, embedding and search of "
+        f"{meta['corpus']:,} documents, k={TIMED_K}; {meta['timed_queries']} queries, the "
+        f"systems interleaved; {meta['machine']})",
         "",
         "| system | texts embedded | median ms | p95 ms | ratio to LangChain |",
         "|---|---|---|---|---|",
@@ -315,6 +354,12 @@ def main() -> None:
     parser.add_argument("--llm", default="local:qwen2.5-coder-1.5b", help="whose hypotheses")
     parser.add_argument("--prompt", default="generic")
     parser.add_argument("--timed-queries", type=int, default=300)
+    parser.add_argument(
+        "--writer-seconds",
+        type=float,
+        default=0.0,
+        help="the stand-in writer's latency in the timed run (default 0: instant)",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
 
@@ -325,10 +370,11 @@ def main() -> None:
     lexical = corpus_lexical(index, data)
     questions = list(data.queries.values())
     hypotheses = cached_hypotheses(args.hypothesis_cache, args.llm, args.prompt, questions)
-    ranked = systems(index, lexical, embeddings, hypotheses, args.prompt, DEPTH)
+    ranked = systems(index, lexical, embeddings, hypotheses, args.prompt, DEPTH, WriterClock())
     rows = quality(data, ranked)
-    timed = systems(index, lexical, embeddings, hypotheses, args.prompt, TIMED_K)
-    timing = overhead(questions[: args.timed_queries], timed)
+    clock = WriterClock(args.writer_seconds)
+    timed = systems(index, lexical, embeddings, hypotheses, args.prompt, TIMED_K, clock)
+    timing = overhead(questions[: args.timed_queries], timed, clock)
     meta = {
         "dataset": data.name,
         "split": args.split,
@@ -339,6 +385,7 @@ def main() -> None:
         "prompt": args.prompt,
         "hypothesis_cache": str(args.hypothesis_cache),
         "timed_queries": min(args.timed_queries, len(questions)),
+        "writer_seconds": args.writer_seconds,
         "versions": _versions(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "date": time.strftime("%Y-%m-%d"),
