@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from hyde_lc.bench.beir import load_beir
-from hyde_lc.bench.retrieval import _metrics, corpus_index, paired_bootstrap
+from hyde_lc.bench.retrieval import corpus_index, ir_metrics, paired_bootstrap
 from hyde_lc.fusion import fuse_mean, reciprocal_rank_fusion, score_fusion
 from hyde_lc.hypotheses import llm_identity, sample_keys
 from hyde_lc.lexical import LexicalIndex, lexical_query
@@ -181,7 +181,7 @@ def main() -> None:
         if needs and len(keep) < len(data.queries):
             print(f"{cfg.name}: {len(data.queries) - len(keep)} queries lack hypotheses; skipped")
             continue
-        metrics, per_query = _metrics(data.qrels, run(cfg))
+        metrics, per_query = ir_metrics(data.qrels, run(cfg))
         baseline.setdefault(cfg.name, per_query)
         results.append({"config": cfg.__dict__, "metrics": metrics, "per_query": per_query})
         print(f"{cfg.name:60} nDCG@10 {100 * metrics['nDCG@10']:.1f}")

@@ -44,7 +44,7 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from hyde_lc.bench.beir import BeirDataset, load_beir
-from hyde_lc.bench.retrieval import DEPTH, ExactIndex, _metrics, corpus_index, paired_bootstrap
+from hyde_lc.bench.retrieval import DEPTH, ExactIndex, corpus_index, ir_metrics, paired_bootstrap
 from hyde_lc.models import embedding_model_id, load_embeddings, load_llm
 from hyde_lc.multilingual_embeddings import MultilingualE5Embeddings
 from hyde_lc.retriever import HyDERetriever
@@ -104,7 +104,7 @@ def mean_ci(values: list[float]) -> tuple[float, tuple[float, float]]:
 def score_runs(name: str, data: BeirDataset, runs: dict[str, list[str]], generated: int = 0) -> Row:
     """nDCG@10 (ir-measures) and hit@10 of ranked ids per query."""
     scored = {q: [(d, float(DEPTH - r)) for r, d in enumerate(ids)] for q, ids in runs.items()}
-    _, per_ndcg = _metrics(data.qrels, scored)
+    _, per_ndcg = ir_metrics(data.qrels, scored)
     per_hit = {
         q: float(any(data.qrels[q].get(d, 0) > 0 for d in runs.get(q, [])[:10])) for q in data.qrels
     }

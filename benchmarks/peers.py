@@ -56,9 +56,9 @@ from hyde_lc.bench.beir import load_beir
 from hyde_lc.bench.retrieval import (
     DEPTH,
     ExactIndex,
-    _metrics,
     corpus_index,
     corpus_lexical,
+    ir_metrics,
     paired_bootstrap,
 )
 from hyde_lc.hypotheses import llm_identity, sample_keys
@@ -233,7 +233,7 @@ def quality(data: Any, run: dict[str, Callable[[str], list[str]]]) -> dict[str, 
     for name, search in run.items():
         ranked = {q: search(text) for q, text in data.queries.items()}
         runs = {q: [(d, float(DEPTH - r)) for r, d in enumerate(ids)] for q, ids in ranked.items()}
-        metrics, per_query = _metrics(data.qrels, runs)
+        metrics, per_query = ir_metrics(data.qrels, runs)
         rows[name] = {"metrics": metrics, "per_query_ndcg": per_query}
         top10[name] = {q: ids[:10] for q, ids in ranked.items()}
         print(f"{name:45} nDCG@10 {100 * metrics['nDCG@10']:.1f}", flush=True)

@@ -534,9 +534,18 @@ class BenchReport:
         return path
 
 
-def _metrics(
+def ir_metrics(
     qrels: dict[str, dict[str, int]], runs: dict[str, list[tuple[str, float]]]
 ) -> tuple[dict[str, float], dict[str, float]]:
+    """nDCG@10, R@100 and RR@10 of ``runs`` (ir-measures), and nDCG@10 per query.
+
+    Queries the run does not cover score 0.
+
+    Example:
+        >>> ir_metrics({"q": {"d": 1}}, {"q": [("d", 1.0)]})[0]["nDCG@10"]
+        1.0
+
+    """
     try:
         import ir_measures
         from ir_measures import RR, R, nDCG
@@ -618,7 +627,7 @@ async def _run_mode(
 
     await asyncio.gather(*(one(q, t) for q, t in data.queries.items()))
     bar.close()
-    metrics, per_query = _metrics(data.qrels, runs)
+    metrics, per_query = ir_metrics(data.qrels, runs)
     return ModeResult(mode, metrics, per_query, fallbacks, seconds)
 
 

@@ -21,7 +21,7 @@ from hyde_lc.bench import (
     select_modes,
     write_report,
 )
-from hyde_lc.bench.retrieval import _metrics, corpus_index, corpus_lexical
+from hyde_lc.bench.retrieval import corpus_index, corpus_lexical, ir_metrics
 from hyde_lc.errors import HydeLcError, InvalidSettingError
 from hyde_lc.lexical import lexical_query
 from hyde_lc.vectorstore import vector_search
@@ -134,7 +134,7 @@ def test_bm25_row_is_the_lexical_ranking_alone(beir, fake_embeddings, cache_home
         )]
         for q, text in data.queries.items()
     }  # fmt: skip
-    _, direct = _metrics(data.qrels, runs)
+    _, direct = ir_metrics(data.qrels, runs)
     assert report.results[1].per_query_ndcg == pytest.approx(direct)
 
 
