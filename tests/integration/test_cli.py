@@ -335,7 +335,8 @@ def test_control_characters_in_file_names_never_reach_the_terminal(env, tmp_path
     assert any(
         line.startswith("added") and line.endswith(shown) for line in ingest.stdout.splitlines()
     )
-    assert any(line.endswith(f"pages  {folder}/{shown}") for line in info.stdout.splitlines())
+    listed = f"pages  {folder}/{shown}  [latin]"  # the document's script follows its name
+    assert any(line.endswith(listed) for line in info.stdout.splitlines())
     assert f"[1] {shown}" in ask.stdout
     assert missing.returncode == 2 and "\\x1b[31mgone.txt" in missing.stderr
     assert (
