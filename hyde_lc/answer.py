@@ -63,12 +63,7 @@ from langchain_core.runnables import (
     RunnablePick,
 )
 
-from hyde_lc.language import (
-    dominant_script,
-    not_enough_information,
-    question_language,
-    says_not_enough_information,
-)
+from hyde_lc.language import not_enough_information, prompt_language, says_not_enough_information
 from hyde_lc.local_llm import ContextWindowError, LocalChatModel, estimate_tokens
 from hyde_lc.models import CONTEXT_WINDOW_KEY
 from hyde_lc.reasoning import astrip_reasoning_stream, strip_reasoning_stream
@@ -105,9 +100,14 @@ def refusal_sentence(question: str) -> str:
         True
 
     """
-    if dominant_script(question) in ("latin", "unknown"):
+    return _refusal(prompt_language(question))
+
+
+def _refusal(language: str | None) -> str:
+    """The refusal sentence in ``language`` (None, or one without a translation: English)."""
+    if language is None:
         return NOT_ENOUGH_INFORMATION
-    return not_enough_information(question_language(question)) or NOT_ENOUGH_INFORMATION
+    return not_enough_information(language) or NOT_ENOUGH_INFORMATION
 
 
 def answer_prompt(question: str) -> ChatPromptTemplate:
@@ -124,10 +124,10 @@ def answer_prompt(question: str) -> ChatPromptTemplate:
         True
 
     """
-    if dominant_script(question) in ("latin", "unknown"):
+    language = prompt_language(question)
+    if language is None:
         return ANSWER_PROMPT
-    language = question_language(question)
-    system = _SYSTEM.format(refusal=refusal_sentence(question)) + (
+    system = _SYSTEM.format(refusal=_refusal(language)) + (
         f" Answer in {language}, whatever the language of the passages."
     )
     return _prompt(system)

@@ -88,6 +88,7 @@ from hyde_lc.splitting import default_chunk_size, make_splitter
 from hyde_lc.store import (
     DOC_VERSION,
     check_embeddings,
+    collection_name,
     delete_ids,
     delete_where,
     embedding_dimension,
@@ -403,12 +404,6 @@ def ingest_paths(
     return IngestReport(written + skipped, warnings)
 
 
-def _collection_name(store: Chroma) -> str | None:
-    location = getattr(store, "location", None)
-    name = getattr(location, "collection", None) or getattr(store, "_collection_name", None)
-    return str(name) if name else None
-
-
 def _language_warnings(store: Chroma, model: str, sources: list[TextSource]) -> list[str]:
     """One warning (logged once) when an English-only model is given other scripts."""
     if not is_english_only_model(model):
@@ -418,7 +413,7 @@ def _language_warnings(store: Chroma, model: str, sources: list[TextSource]) -> 
         return []
     first = unreadable[0]
     warning = english_only_warning(
-        model, first.sample, source=first.source, collection=_collection_name(store)
+        model, first.sample, source=first.source, collection=collection_name(store)
     )
     if warning is None:  # the sample's judgement differs from the whole document's
         return []

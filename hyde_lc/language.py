@@ -248,6 +248,23 @@ def question_language(text: str) -> str:
     return {"greek": "Greek", "hebrew": "Hebrew", "thai": "Thai"}.get(script, SAME_LANGUAGE)
 
 
+def prompt_language(text: str) -> str | None:
+    """`question_language` for a question in a script other than Latin, else None.
+
+    The prompts name a language only then: a Latin-script question's script does not say
+    which language it is in (a short English claim full of gene names reads like no
+    language at all), and models answer it in kind.
+
+    Example:
+        >>> prompt_language("灯塔的透镜是谁发明的？"), prompt_language("Who made the lens?")
+        ('Chinese', None)
+
+    """
+    if dominant_script(text) in ("latin", "unknown"):
+        return None
+    return question_language(text)
+
+
 NOT_ENOUGH_INFORMATION: dict[str, str] = {
     "Chinese": "提供的文档中没有足够的信息来回答这个问题。",
     "Japanese": "提供された文書には、回答するのに十分な情報がありません。",

@@ -65,11 +65,10 @@ def language_line(question: str) -> str | None:
         True
 
     """
-    from hyde_lc.language import dominant_script, question_language
+    from hyde_lc.language import prompt_language
 
-    if dominant_script(question) in ("latin", "unknown"):
-        return None
-    return f"Write the passage in {question_language(question)}."
+    language = prompt_language(question)
+    return None if language is None else f"Write the passage in {language}."
 
 
 def _paper(name: str, instruction: str, label: str = "Question") -> HypothesisPrompt:

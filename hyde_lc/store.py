@@ -580,6 +580,13 @@ def _store_collection(store: Chroma) -> Any:
     return store._collection
 
 
+def collection_name(store: Chroma) -> str | None:
+    """The name of ``store``'s collection (None if the store does not say)."""
+    location = getattr(store, "location", None)
+    name = getattr(location, "collection", None) or getattr(store, "_collection_name", None)
+    return str(name) if name else None
+
+
 def has_collection(store: Chroma) -> bool:
     """Whether ``store``'s collection exists (a store opened by `open_store` may not, yet)."""
     return _store_collection(store) is not None

@@ -190,14 +190,14 @@ MODE_HELP = (
 def resolve_mode(args: Any) -> None:
     """Settle ``args.mode`` (None: the default rule) and ``args.n_hypotheses`` (None: 1).
 
-    The rule is `hyde_lc.evaluation.records.default_mode` (a hypothesis model configured
-    means HyDE), and asking for a number of hypotheses also means HyDE.
+    The rule is `hyde_lc.evaluation.records.default_mode`: a hypothesis model configured,
+    or hypotheses asked for (``--n-hypotheses``, ``--hypotheses-only``), means HyDE.
     """
     from hyde_lc.evaluation.records import default_mode
 
     if args.mode is None:
         asked = args.n_hypotheses is not None or args.hypotheses_only
-        args.mode = "hyde" if asked else default_mode(args.hypothesis_llm)
+        args.mode = default_mode(args.hypothesis_llm, hypotheses_asked=asked)
     if args.n_hypotheses is None:
         args.n_hypotheses = 1
 

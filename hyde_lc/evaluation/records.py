@@ -78,26 +78,30 @@ from hyde_lc.retriever import HyDEResult, HyDERetriever
 
 Mode = Literal["hyde", "standard"]
 MODES = ("hyde", "standard")
-HYPOTHESIS_LLM_VARIABLE = "HYDE_LC_HYPOTHESIS_LLM"
 
 
-def default_mode(hyde_model: str | None = None, custom_hyde_llm: object = None) -> Mode:
-    """``hyde`` when a hypothesis model is configured, else ``standard``.
+def default_mode(
+    hyde_model: str | None = None, custom_hyde_llm: object = None, hypotheses_asked: bool = False
+) -> Mode:
+    """``hyde`` when hypotheses are asked for or a hypothesis model is configured.
 
     A hypothesis model is configured by passing one (``custom_hyde_llm``, ``hyde_model``)
-    or by ``$HYDE_LC_HYPOTHESIS_LLM``. Without one the question itself is searched, dense
-    and BM25 fused where the collection has a lexical index (``hybrid``): the best
-    configuration measured on SciFact, where HyDE on top of hybrid adds nothing
-    measurable (see BENCHMARKS.md).
+    or by ``$HYDE_LC_HYPOTHESIS_LLM``; ``hypotheses_asked`` is a caller's request for
+    hypotheses (a number of them, or hypotheses only). Otherwise ``standard``: the
+    question itself is searched, dense and BM25 fused where the collection has a lexical
+    index (``hybrid``), the best configuration measured on SciFact, where HyDE on top of
+    hybrid adds nothing measurable (see BENCHMARKS.md).
 
     Example:
         >>> default_mode(hyde_model="local:qwen2.5-coder-1.5b")
         'hyde'
 
     """
+    from hyde_lc.models import ROLE_ENV
+
     configured = custom_hyde_llm is not None or (hyde_model or "").strip()
-    configured = configured or os.environ.get(HYPOTHESIS_LLM_VARIABLE, "").strip()
-    return "hyde" if configured else "standard"
+    configured = configured or os.environ.get(ROLE_ENV["hypothesis"], "").strip()
+    return "hyde" if hypotheses_asked or configured else "standard"
 
 
 EvaluatedRetriever = HyDERetriever | NeighborExpandingRetriever
@@ -198,9 +202,9 @@ class EvaluationPipeline:
         from hyde_lc.models import load_llm
         from hyde_lc.store import open_store
 
-        if mode is None:  # hypotheses asked for (a writer, or a number of them): HyDE
+        if mode is None:
             asked = bool(retriever_fields.get("n_hypotheses"))
-            mode = "hyde" if asked else default_mode(hyde_model, custom_hyde_llm)
+            mode = default_mode(hyde_model, custom_hyde_llm, hypotheses_asked=asked)
         if mode not in MODES:
             raise InvalidSettingError(f"unknown mode {mode!r}: use 'hyde' or 'standard'")
         if isinstance(window, bool) or not isinstance(window, int) or window < 0:
