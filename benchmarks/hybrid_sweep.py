@@ -28,6 +28,7 @@ from hyde_lc.bench.beir import load_beir
 from hyde_lc.bench.retrieval import corpus_index, ir_metrics, paired_bootstrap
 from hyde_lc.fusion import fuse_mean, reciprocal_rank_fusion, score_fusion
 from hyde_lc.hypotheses import llm_identity, sample_keys
+from hyde_lc.hypothesis_cache import HypothesisCache
 from hyde_lc.lexical import LexicalIndex, lexical_query
 from hyde_lc.models import load_embeddings, load_llm
 from hyde_lc.prompts import get_prompt
@@ -100,15 +101,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
 
-    from langchain_community.cache import SQLiteCache
-
     started = time.perf_counter()
     data = load_beir(args.data, split=args.split, limit=args.limit)
     embeddings = load_embeddings(args.embeddings)
     dense_index = corpus_index(data, embeddings)
     lexical = LexicalIndex.in_memory()
     lexical.add(data.corpus.items())
-    cache = SQLiteCache(database_path=str(args.hypothesis_cache))
+    cache = HypothesisCache(args.hypothesis_cache)  # reads hyde-lc bench's files of any age
     llm_string = llm_identity(load_llm(args.llm, role="hypothesis", max_tokens=256))
 
     questions = list(data.queries.items())

@@ -2,10 +2,11 @@
 
 `hyde-lc speed` times the real pipeline, where llama.cpp runs in the same process. This
 script isolates what the package itself costs around the LLM: the same
-`EvaluationPipeline` (the default configuration, hybrid HyDE with one hypothesis, or dense
-HyDE with ``--lexical off``; retrieval only) over the first ``--docs`` SciFact abstracts,
-with a fake writer that answers instantly, with and without neighbour expansion.
-``retrieval_time`` is the record's wall time minus the hypothesis.
+`EvaluationPipeline` (with a hypothesis model: the HyDE default, hybrid HyDE with one
+hypothesis, or dense HyDE with ``--lexical off``; without one, ``--no-writer``: the default
+configuration, hybrid on the question alone; retrieval only) over the first ``--docs``
+SciFact abstracts, with a fake writer that answers instantly, with and without neighbour
+expansion. ``retrieval_time`` is the record's wall time minus the hypothesis.
 
 ``--writer local:qwen2.5-coder-1.5b`` uses the real writer instead, and ``--poll`` sets
 llama.cpp's busy-wait level, to test whether the engine's spinning threads slow the
@@ -47,6 +48,9 @@ def main() -> None:
     parser.add_argument("--windows", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--work", type=Path, help="keep the ingested collection here")
     parser.add_argument("--lexical", choices=("auto", "off"), default="auto")
+    parser.add_argument(
+        "--no-writer", action="store_true", help="no hypothesis model: the default configuration"
+    )
     args = parser.parse_args()
 
     data = load_beir(args.data)
@@ -58,7 +62,9 @@ def main() -> None:
     ingest_paths([work / "docs"], store, progress=False)
     chunks = visible_count(store)
     writer = (
-        load_llm(args.writer, role="hypothesis", poll=args.poll)
+        None
+        if args.no_writer
+        else load_llm(args.writer, role="hypothesis", poll=args.poll)
         if args.writer
         else FakeListChatModel(responses=[HYPOTHESIS])
     )
@@ -86,7 +92,13 @@ def main() -> None:
         )
         print(f"chunks {chunks}, {pipeline.retrieval_method}: {rows[-1]}")
     if args.out:
-        writer_name = args.writer and f"{args.writer} (poll {args.poll})"
+        writer_name = (
+            "none (no hypotheses)"
+            if args.no_writer
+            else f"{args.writer} (poll {args.poll})"
+            if args.writer
+            else "instant fake"
+        )
         result = {"chunks": chunks, "queries": args.queries, "writer": writer_name, "rows": rows}
         args.out.write_text(json.dumps(result, indent=1))
 

@@ -43,6 +43,17 @@ os.environ.setdefault("ORT_TELEMETRY_DISABLED", "1")
 MINILM_MODEL_ID = "local:minilm"
 MINILM_DIMENSION = 384
 MINILM_MAX_TOKENS = 256
+SMALL_CALL = 4
+"""Calls of at most this many texts run on the single-thread session (`query_threads`)."""
+
+
+def _session(onnxruntime: Any, threads: int) -> Any:
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.log_severity_level = 3
+    return onnxruntime.InferenceSession(
+        str(MINILM_ONNX.path()), options, providers=["CPUExecutionProvider"]
+    )
 
 
 class MiniLMEmbeddings(BaseModel, Embeddings):
@@ -64,9 +75,16 @@ class MiniLMEmbeddings(BaseModel, Embeddings):
     max_tokens: int = MINILM_MAX_TOKENS
     """Token window; longer texts are truncated (the model's trained maximum is 256)."""
     threads: int = 0
-    """ONNX intra-op threads; 0 lets onnxruntime use every core."""
+    """ONNX intra-op threads for batches; 0 lets onnxruntime use every core."""
+    query_threads: int = 1
+    """ONNX intra-op threads for calls of at most `SMALL_CALL` texts (a query, a few
+    hypotheses). One by default: on a short text, handing work to a second thread and
+    waking it costs more than it saves, and a core busy with other work (an LLM that has
+    just finished, another process) stalls it. Measured in a HyDE retrieval on 2 cores:
+    12 ms with one thread against 25 ms with two (BENCHMARKS.md, Peers)."""
 
     _session: Any = PrivateAttr(default=None)
+    _query_session: Any = PrivateAttr(default=None)
     _tokenizer: Any = PrivateAttr(default=None)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
@@ -75,7 +93,8 @@ class MiniLMEmbeddings(BaseModel, Embeddings):
         """Length of every vector."""
         return MINILM_DIMENSION
 
-    def _load(self) -> tuple[Any, Any]:
+    def _load(self, texts: int = SMALL_CALL + 1) -> tuple[Any, Any]:
+        """The ONNX session for a call of ``texts`` texts, and the tokenizer."""
         with self._lock:
             if self._session is None:
                 try:
@@ -88,17 +107,18 @@ class MiniLMEmbeddings(BaseModel, Embeddings):
                 tokenizer = Tokenizer.from_file(str(MINILM_TOKENIZER.path()))
                 tokenizer.enable_truncation(max_length=self.max_tokens)
                 tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # pad to longest in batch
-                options = onnxruntime.SessionOptions()
-                options.intra_op_num_threads = self.threads or (os.cpu_count() or 1)
-                options.log_severity_level = 3
-                self._session = onnxruntime.InferenceSession(
-                    str(MINILM_ONNX.path()), options, providers=["CPUExecutionProvider"]
+                self._session = _session(onnxruntime, self.threads or (os.cpu_count() or 1))
+                self._query_session = (
+                    _session(onnxruntime, self.query_threads)
+                    if self.query_threads != (self.threads or os.cpu_count() or 1)
+                    else self._session
                 )
                 self._tokenizer = tokenizer
-        return self._session, self._tokenizer
+        session = self._query_session if texts <= SMALL_CALL else self._session
+        return session, self._tokenizer
 
     def _embed_batch(self, texts: list[str]) -> np.ndarray:
-        session, tokenizer = self._load()
+        session, tokenizer = self._load(len(texts))
         encodings = tokenizer.encode_batch(texts)
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)

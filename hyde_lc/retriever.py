@@ -49,8 +49,9 @@ import contextvars
 import logging
 import time
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -113,8 +114,10 @@ MAX_HYPOTHESES = 64
 """The most hypotheses per prompt: generation cost grows with each one (about 2-10 s each
 on 2 cores with the default local writer), and their mean stops moving long before."""
 
-_EARLY = ThreadPoolExecutor(max_workers=4, thread_name_prefix="hyde-embed")
-"""Embeds the query while the hypotheses are being written."""
+_EARLY = ThreadPoolExecutor(max_workers=8, thread_name_prefix="hyde-side")
+"""Work that does not wait for the step before it: the query's embedding while the
+hypotheses are written, and the lexical search while the dense side embeds and searches.
+Its tasks never wait on each other, so a full pool only queues them."""
 
 
 def clip_query(query: str, max_chars: int | None = MAX_QUERY_CHARS) -> tuple[str, str | None]:
@@ -716,14 +719,37 @@ class HyDERetriever(DetailedRetriever):
         ``lexical_score`` give each list's own score (None where it did not find the
         chunk) and ``found_by`` the lists that found it.
         """
-        lexical = self.lexical_search if self.search_type == "similarity" else None
+        return self._search(fused, k, self._start_lexical(query, hypotheses, k))
+
+    def _lexical_side(self) -> LexicalSearch | None:
+        return self.lexical_search if self.search_type == "similarity" else None
+
+    def _start_lexical(
+        self, query: str, hypotheses: Sequence[str], k: int
+    ) -> Future[list[tuple[str, float]]] | None:
+        """Start the lexical search in the background (None: dense only).
+
+        It needs only texts, so it runs while the dense side embeds and searches.
+        """
+        lexical = self._lexical_side()
         if lexical is None:
-            return self._dense(fused, k)
-        depth = max(k, self.hybrid_candidates)
-        dense_hits = self._dense(fused, depth)
+            return None
         weights = lexical_query(query, list(hypotheses), self.lexical_query_repeats)
-        lexical_hits = lexical.search(weights, depth, self.search_kwargs.get("filter"))
-        return self._hybrid(dense_hits, lexical_hits, k, lexical)
+        depth = max(k, self.hybrid_candidates)
+        where = self.search_kwargs.get("filter")
+        context = contextvars.copy_context()
+        return _EARLY.submit(context.run, lexical.search, weights, depth, where)
+
+    def _search(
+        self, fused: Fused, k: int, lexical_hits: Future[list[tuple[str, float]]] | None
+    ) -> list[Document]:
+        """The dense search for ``fused``, fused with the lexical search already started."""
+        lexical = self._lexical_side()
+        if lexical_hits is None or lexical is None:
+            return self._dense(fused, k)
+        with _settled(lexical_hits):
+            dense_hits = self._dense(fused, max(k, self.hybrid_candidates))
+        return self._hybrid(dense_hits, lexical_hits.result(), k, lexical)
 
     def _dense(self, fused: Fused, k: int) -> list[Document]:
         """One search, or the reciprocal rank fusion of several (``rrf``)."""
@@ -806,21 +832,27 @@ class HyDERetriever(DetailedRetriever):
     ) -> HyDEResult:
         query, note, k = self._prepare(query, kwargs)
         early = self._embed_query_early(query)
+        lexical = None if self.n_hypotheses else self._start_lexical(query, (), k)
         start = time.perf_counter()
         written = self.write_hypotheses(query, self._child(run_manager, "hyde.hypothesis"))
         timings = {"hypothesis_s": time.perf_counter() - start}
+        if self._lexical_before_embedding():
+            lexical = self._start_lexical(query, written.texts, k)
         start = time.perf_counter()
         embed: RunnableLambda[list[float] | None, Embedded] = RunnableLambda(
             lambda vector: self.embed(query, written.texts, vector), name="hyde.embed"
         )
-        embedded = embed.invoke(
-            early.result() if early else None, self._child(run_manager, "hyde.embed")
-        )
-        fused = self.fuse(embedded)
-        check_dimension(self.vectorstore, len(fused.vectors[0]))
+        with _settled(lexical):
+            embedded = embed.invoke(
+                early.result() if early else None, self._child(run_manager, "hyde.embed")
+            )
+            fused = self.fuse(embedded)
+            check_dimension(self.vectorstore, len(fused.vectors[0]))
         timings["embedding_s"] = time.perf_counter() - start
         start = time.perf_counter()
-        docs = self.search(fused, k, query=query, hypotheses=fused.kept_texts(written.texts))
+        if self.n_hypotheses and not self._lexical_before_embedding():
+            lexical = self._start_lexical(query, fused.kept_texts(written.texts), k)
+        docs = self._search(fused, k, lexical)
         timings["search_s"] = time.perf_counter() - start
         return self._result(query, note, written, embedded, fused, docs, timings)
 
@@ -833,6 +865,7 @@ class HyDERetriever(DetailedRetriever):
             early = asyncio.ensure_future(
                 run_in_executor(None, self.embedding_model.embed_query, query)
             )
+        lexical = None if self.n_hypotheses else self._start_lexical(query, (), k)
         start = time.perf_counter()
         try:
             written = await self.awrite_hypotheses(
@@ -843,8 +876,9 @@ class HyDERetriever(DetailedRetriever):
                 early.cancel()
             raise
         timings = {"hypothesis_s": time.perf_counter() - start}
+        if self._lexical_before_embedding():
+            lexical = self._start_lexical(query, written.texts, k)
         start = time.perf_counter()
-        query_vector = await early if early is not None else None
 
         async def aembed(vector: list[float] | None) -> Embedded:
             return await run_in_executor(None, self.embed, query, written.texts, vector)
@@ -852,17 +886,26 @@ class HyDERetriever(DetailedRetriever):
         embed = RunnableLambda(
             lambda vector: self.embed(query, written.texts, vector), afunc=aembed, name="hyde.embed"
         )
-        embedded = await embed.ainvoke(query_vector, self._child(run_manager, "hyde.embed"))
-        fused = self.fuse(embedded)
-        check_dimension(self.vectorstore, len(fused.vectors[0]))
+        with _settled(lexical):
+            query_vector = await early if early is not None else None
+            embedded = await embed.ainvoke(query_vector, self._child(run_manager, "hyde.embed"))
+            fused = self.fuse(embedded)
+            check_dimension(self.vectorstore, len(fused.vectors[0]))
         timings["embedding_s"] = time.perf_counter() - start
         start = time.perf_counter()
-        docs = await run_in_executor(
-            None,
-            lambda: self.search(fused, k, query=query, hypotheses=fused.kept_texts(written.texts)),
-        )
+        if self.n_hypotheses and not self._lexical_before_embedding():
+            lexical = self._start_lexical(query, fused.kept_texts(written.texts), k)
+        docs = await run_in_executor(None, self._search, fused, k, lexical)
         timings["search_s"] = time.perf_counter() - start
         return self._result(query, note, written, embedded, fused, docs, timings)
+
+    def _lexical_before_embedding(self) -> bool:
+        """Whether the lexical query is known once the hypotheses are written.
+
+        It is unless ``min_hypothesis_similarity`` may leave some out: that needs their
+        vectors first.
+        """
+        return bool(self.n_hypotheses) and self.min_hypothesis_similarity is None
 
     def _embeds_query_early(self) -> bool:
         """Whether the query's own vector is used beside hypotheses (fused, or for the gate).
@@ -931,6 +974,17 @@ class HyDERetriever(DetailedRetriever):
             if self.min_hypothesis_similarity is not None and written.texts:
                 doc.metadata["hyde_hypotheses_dropped"] = fused.dropped
         return result
+
+
+@contextmanager
+def _settled(pending: Future[Any] | None) -> Iterator[None]:
+    """Cancel ``pending`` if the block fails (a started search then runs out unread)."""
+    try:
+        yield
+    except BaseException:
+        if pending is not None:
+            pending.cancel()
+        raise
 
 
 def _read_texts(query: str, embedded: Embedded) -> list[str]:

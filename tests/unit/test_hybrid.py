@@ -1,7 +1,10 @@
 """Hybrid retrieval: the collection's lexical index next to its vectors, kept current."""
 
+import asyncio
 import logging
 import shutil
+import threading
+from typing import Any
 
 import chromadb
 import pytest
@@ -282,3 +285,88 @@ def test_threads_searching_a_collection_whose_index_is_not_built_yet(tmp_path, f
         found = list(pool.map(search, range(16)))
     assert found == [["keeper.txt"]] * 16
     assert names(retriever.invoke("sourdough yeast")) == ["yeast.txt"]
+
+
+class Meeting:
+    """Two sides of a search that each wait (10 s at most) until the other has started."""
+
+    def __init__(self) -> None:
+        self.started = {"dense": threading.Event(), "lexical": threading.Event()}
+        self.missed: list[str] = []
+
+    def arrive(self, side: str) -> None:
+        self.started[side].set()
+        other = "lexical" if side == "dense" else "dense"
+        if not self.started[other].wait(10):
+            self.missed.append(side)
+
+
+class MeetingEmbeddings(FakeEmbeddings):
+    """Embeddings whose query (or document) embedding meets the lexical search."""
+
+    meeting: Any = None
+    meet_on: str = "query"
+
+    def embed_query(self, text: str) -> list[float]:
+        if self.meet_on == "query":
+            self.meeting.arrive("dense")
+        return super().embed_query(text)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if self.meet_on == "documents":
+            self.meeting.arrive("dense")
+        return super().embed_documents(texts)
+
+
+class MeetingLexical(LexicalSearch):
+    def __init__(self, base: LexicalSearch, meeting: Meeting) -> None:
+        super().__init__(base.vectorstore, base.index)
+        self.meeting = meeting
+        self.queries: list[set[str]] = []
+
+    def search(self, weights, k, where=None):
+        self.queries.append(set(weights))
+        self.meeting.arrive("lexical")
+        return super().search(weights, k, where)
+
+
+@pytest.mark.parametrize("call", ["invoke", "ainvoke"])
+@pytest.mark.parametrize("hypotheses", [0, 1])
+def test_the_lexical_search_runs_while_the_dense_side_embeds(call, hypotheses):
+    # The BM25 query needs only texts: it must not wait for the embeddings (of the question
+    # in the default configuration, of the hypotheses with HyDE), nor they for it.
+    docs = [Document(text, id=name) for name, text in TEXTS.items()]
+    store = InMemoryVectorStore(FakeEmbeddings(size=32))
+    store.add_documents(docs)
+    meeting = Meeting()
+    lexical = MeetingLexical(LexicalSearch.from_documents(store, docs), meeting)
+    embeddings = MeetingEmbeddings(
+        size=32, meeting=meeting, meet_on="documents" if hypotheses else "query"
+    )
+    retriever = HyDERetriever(
+        vectorstore=store,
+        embeddings=embeddings,
+        lexical=lexical,
+        n_hypotheses=hypotheses,
+        hypothesis_llm=ScriptedChat(replies=["Wicks were trimmed by the keepers."]),
+        k=2,
+    )
+    question = "who wound the clockwork"
+    if call == "invoke":
+        found = retriever.invoke(question)
+    else:
+        found = asyncio.run(retriever.ainvoke(question))
+    assert meeting.missed == []
+    assert found[0].id == "keeper.txt"
+    (terms,) = lexical.queries
+    assert ("wick" in terms) == bool(hypotheses)  # the hypothesis fed the lexical side
+
+
+def test_a_failing_embedding_fails_the_hybrid_search(store):
+    class Broken(FakeEmbeddings):
+        def embed_query(self, text: str) -> list[float]:
+            raise RuntimeError("embedding server down")
+
+    retriever = HyDERetriever(vectorstore=store, embeddings=Broken(size=32), n_hypotheses=0)
+    with pytest.raises(RuntimeError, match="embedding server down"):
+        retriever.invoke("who wound the clockwork")
