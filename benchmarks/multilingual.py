@@ -15,7 +15,7 @@ bench`` does): only the first run embeds a corpus.
 
 HyDE rows: ``--hypothesis-cache FILE --llm SPEC`` adds, per ``--prompt``, HyDE (mean
 fusion, one hypothesis, query weight ``--query-weight``) with each model, through
-`HyDERetriever` as users run it, reading hypotheses from the LangChain ``SQLiteCache``
+`HyDERetriever` as users run it, reading hypotheses from the hypothesis cache file
 keyed as ``hyde-lc bench`` keys them (prompt text + sample, LLM parameters); missing
 hypotheses are written by the LLM and added to that file, and each row counts them. For
 e5 both hypothesis prefixes are measured (``passage: ``, the default, and ``query: ``).
@@ -45,7 +45,8 @@ from langchain_core.embeddings import Embeddings
 
 from hyde_lc.bench.beir import BeirDataset, load_beir
 from hyde_lc.bench.retrieval import DEPTH, ExactIndex, corpus_index, ir_metrics, paired_bootstrap
-from hyde_lc.models import embedding_model_id, load_embeddings, load_llm
+from hyde_lc.hypothesis_cache import HypothesisCache
+from hyde_lc.models import embedding_model_id, load_embeddings, load_llm, resolve_llm_spec
 from hyde_lc.multilingual_embeddings import MultilingualE5Embeddings
 from hyde_lc.retriever import HyDERetriever
 
@@ -184,10 +185,9 @@ def quality_section(
         rows.append(score_runs(f"{label} standard", data, standard_runs(data, index)))
         print(f"{data.name}: {rows[-1].name} nDCG@10 {rows[-1].ndcg10:.1f}", flush=True)
     if args.hypothesis_cache:
-        from langchain_community.cache import SQLiteCache
-
-        llm = load_llm(args.llm, role="hypothesis", max_tokens=args.max_tokens)
-        cache = SQLiteCache(database_path=str(args.hypothesis_cache))
+        caps = {} if args.max_tokens is None else {"max_tokens": args.max_tokens}
+        llm = load_llm(args.llm, role="hypothesis", **caps)
+        cache = HypothesisCache(args.hypothesis_cache)
         for prompt in args.prompt:
             for label, index in indexes.items():
                 variants: list[tuple[str, Embeddings | None]] = [("", None)]
@@ -216,7 +216,7 @@ def quality_section(
         "queries": len(data.queries),
         "corpus": len(data.corpus),
         "corpus_embedding_seconds": embed_seconds,
-        "llm": args.llm if args.hypothesis_cache else None,
+        "llm": resolve_llm_spec(args.llm, "hypothesis") if args.hypothesis_cache else None,
         "rows": [
             {k: v for k, v in asdict(r).items() if not k.startswith("per_query")} for r in rows
         ],
@@ -281,11 +281,11 @@ def main() -> None:
     parser.add_argument("--cmrc", type=Path, default=SHARED / "cmrc2018_zh")
     parser.add_argument("--scifact", type=Path, default=SHARED / "scifact")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--hypothesis-cache", type=Path, help="LangChain SQLiteCache file")
-    parser.add_argument("--llm", default="local:qwen2.5-coder-1.5b", help="hypothesis writer")
+    parser.add_argument("--hypothesis-cache", type=Path, help="hypothesis cache file")
+    parser.add_argument("--llm", help="hypothesis writer (default: the package's)")
     parser.add_argument("--prompt", action="append", help="HyDE prompt (repeatable)")
     parser.add_argument("--query-weight", type=float, default=0.8)
-    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--max-tokens", type=int, help="writer's cap (default: its own)")
     parser.add_argument("--speed-docs", type=int, default=64)
     parser.add_argument("--speed-rounds", type=int, default=4)
     parser.add_argument("--out", type=Path, help="JSON file for the results")

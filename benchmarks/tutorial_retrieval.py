@@ -16,7 +16,7 @@ so they differ only in what they fuse). The cache file persists (``--hypothesis-
 so a rerun writes nothing.
 
     python -m benchmarks.tutorial_retrieval --tutorial ../shared/data/tutorial \\
-        --hypothesis-cache benchmarks/results/hypotheses/small-sets-qwen2.5-coder-1.5b.sqlite \\
+        --hypothesis-cache benchmarks/results/hypotheses/small-sets-qwen2.5-coder-0.5b.sqlite \\
         --out benchmarks/results/tutorial_retrieval.json
 """
 
@@ -38,6 +38,7 @@ from hyde_lc import (
     open_store,
     sample_files,
 )
+from hyde_lc.models import resolve_llm_spec
 from hyde_lc.samples import sample_questions
 
 CONFIGURATIONS: dict[str, dict[str, Any]] = {
@@ -89,16 +90,23 @@ def _score(question: dict[str, Any], docs: list[Any]) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--tutorial", type=Path, default=Path("../shared/data/tutorial"))
-    parser.add_argument("--llm", default="local:qwen2.5-coder-1.5b")
+    parser.add_argument("--llm", help="hypothesis writer (default: the package's)")
+    parser.add_argument("--max-tokens", type=int, help="writer's cap (default: its own)")
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--hypothesis-cache", type=Path, required=True)
     parser.add_argument("--sets", nargs="+", default=["tutorial", "sample", "sample-zh"])
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
-    writer = load_llm(args.llm, role="hypothesis")
+    caps = {} if args.max_tokens is None else {"max_tokens": args.max_tokens}
+    writer = load_llm(args.llm, role="hypothesis", **caps)
     cache = HypothesisCache(args.hypothesis_cache)
-    results: dict[str, Any] = {"k": args.k, "llm": args.llm, "sets": {}}
+    results: dict[str, Any] = {
+        "k": args.k,
+        "llm": resolve_llm_spec(args.llm, "hypothesis"),
+        "max_tokens": writer.max_tokens,
+        "sets": {},
+    }
     for name, spec in _sets(args.tutorial).items():
         if name not in args.sets:
             continue

@@ -639,7 +639,7 @@ def run_benchmark(
     modes: Sequence[BenchMode] | None = None,
     llm_spec: str | None = None,
     embeddings_spec: str | None = None,
-    max_tokens: int = 256,
+    max_tokens: int | None = None,
     concurrency: int = 4,
     hypothesis_cache: str | Path | None = None,
     embeddings: Embeddings | None = None,
@@ -648,6 +648,7 @@ def run_benchmark(
     """Measure each configuration on a BEIR dataset; see the module docstring.
 
     ``modes`` defaults to `default_modes`; the no-LLM baselines are added when missing.
+    ``max_tokens`` caps the hypothesis writer (None: its role default, `hyde_lc.models`).
     ``hypothesis_cache`` is the hypothesis cache file (default: ``bench/hypotheses.sqlite``
     in the hyde_lc cache folder). ``embeddings`` and ``llm`` take ready-made models
     instead of specs.
@@ -663,7 +664,8 @@ def run_benchmark(
     lexical = corpus_lexical(index, data)
     needs_llm = any(m.n_hypotheses for m in chosen)
     if needs_llm and llm is None:
-        llm = load_llm(llm_spec, role="hypothesis", max_tokens=max_tokens)
+        caps = {} if max_tokens is None else {"max_tokens": max_tokens}
+        llm = load_llm(llm_spec, role="hypothesis", **caps)
     cache = None
     if needs_llm:
         cache_file = Path(hypothesis_cache or cache_dir() / "bench" / "hypotheses.sqlite")
@@ -688,7 +690,7 @@ def run_benchmark(
         )
         if needs_llm
         else None,
-        "max_tokens": max_tokens,
+        "max_tokens": getattr(llm, "max_tokens", max_tokens) if needs_llm else None,
         "hypothesis_cache": str(cache.path) if cache is not None else None,
         "depth": DEPTH,
         "date": date.today().isoformat(),

@@ -144,7 +144,11 @@ def add_commands(sub: Any, prompts: list[str]) -> None:
     bench.add_argument(
         "--embeddings", type=spec, help="embedding model spec (default local:minilm)"
     )
-    bench.add_argument("--max-tokens", type=positive_int, default=256)
+    bench.add_argument(
+        "--max-tokens",
+        type=positive_int,
+        help="the hypothesis writer's token cap (default: the writer's own, 64 for local ones)",
+    )
     bench.add_argument("--concurrency", type=positive_int, default=4)
     bench.add_argument(
         "--hypothesis-cache",

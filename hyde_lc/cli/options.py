@@ -230,7 +230,9 @@ def add_hypothesis_options(group: Any, prompts: list[str], default_prompt: str) 
         help="SQLite file caching hypotheses (a rerun costs no LLM call)",
     )
     group.add_argument(
-        "--hypothesis-llm", type=model_spec, help="model spec ($HYDE_LC_HYPOTHESIS_LLM)"
+        "--hypothesis-llm",
+        type=model_spec,
+        help="model spec ($HYDE_LC_HYPOTHESIS_LLM; default local:qwen2.5-coder-0.5b)",
     )
     group.add_argument("--answer-llm", type=model_spec, help="model spec ($HYDE_LC_ANSWER_LLM)")
 

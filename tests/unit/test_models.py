@@ -61,6 +61,18 @@ def test_role_defaults_for_remote_models():
     assert load_llm("openai:gpt-4o-mini", role="answer", temperature=0.3).temperature == 0.3
 
 
+def test_each_role_has_its_own_default_model_and_cap(monkeypatch):
+    monkeypatch.delenv("HYDE_LC_HYPOTHESIS_LLM", raising=False)
+    monkeypatch.delenv("HYDE_LC_ANSWER_LLM", raising=False)
+    assert resolve_llm_spec(None, "hypothesis") == "local:qwen2.5-coder-0.5b"
+    assert resolve_llm_spec(None, "answer") == "local:qwen2.5-coder-1.5b"
+    # A local writer is capped short; a remote one keeps room for a reasoning block.
+    assert load_llm("local:smollm2-135m", role="hypothesis").max_tokens == 64
+    assert load_llm("openai:gpt-4o-mini", role="hypothesis").max_tokens == 256
+    assert load_llm("local:smollm2-135m", role="answer").max_tokens == 384
+    assert load_llm("local:smollm2-135m", role="hypothesis", max_tokens=200).max_tokens == 200
+
+
 def test_base_url_and_max_tokens_for_compatible_servers():
     llm = load_llm("openai:local-model@http://127.0.0.1:9/v1", role="answer")
     assert llm.openai_api_base == "http://127.0.0.1:9/v1"
