@@ -23,6 +23,8 @@ LangChain's. The stand-in writer is instant by default; ``--writer-seconds S`` m
 system's writer sleep S seconds first, as a real one takes seconds, and the time the writer
 measured itself spending is taken off each query's wall time: what is left is the work not
 hidden behind generation (hyde_lc embeds the question while the hypothesis is written).
+Garbage is collected before each timed call and not during it (as ``timeit`` does), so
+one system's garbage is not collected on another's clock.
 The quality run always uses the instant writer.
 
     pip install "hyde-lc[peers]"
@@ -36,6 +38,7 @@ The quality run always uses the instant writer.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -265,9 +268,16 @@ def overhead(
     writing: dict[str, list[float]] = {name: [] for name in names}
     for i, question in enumerate(questions):
         for name in names[i % len(names) :] + names[: i % len(names)]:
-            spent, start = clock.spent, time.perf_counter()
-            run[name](question)
-            wall, written = time.perf_counter() - start, clock.spent - spent
+            # As timeit does: no garbage collection inside a timed call, so that one
+            # system's garbage is not collected on another's clock.
+            gc.collect()
+            gc.disable()
+            try:
+                spent, start = clock.spent, time.perf_counter()
+                run[name](question)
+                wall, written = time.perf_counter() - start, clock.spent - spent
+            finally:
+                gc.enable()
             seconds[name].append(wall - written)
             writing[name].append(written)
     base = statistics.median(seconds[names[0]])

@@ -86,7 +86,13 @@ from hyde_lc.fusion import (
 from hyde_lc.hypotheses import Hypotheses, awrite_hypotheses, write_hypotheses
 from hyde_lc.lexical import DEFAULT_QUERY_REPEATS, LexicalSearch, lexical_query, lexical_search_for
 from hyde_lc.prompts import DEFAULT_PROMPT, get_prompt
-from hyde_lc.vectorstore import check_dimension, check_embeddings, mmr_search, vector_search
+from hyde_lc.vectorstore import (
+    check_dimension,
+    check_embeddings,
+    mmr_search,
+    vector_search,
+    with_metadata,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -766,10 +772,8 @@ class HyDERetriever(DetailedRetriever):
         )[:k]
         out = []
         for key, score in fused_ids:
-            doc = by_key[key].model_copy(deep=True)
-            doc.metadata["similarity"] = doc.metadata.get("score")
-            doc.metadata["score"] = score
-            out.append(doc)
+            found = by_key[key]
+            out.append(with_metadata(found, similarity=found.metadata.get("score"), score=score))
         return out
 
     def _search_one(self, vector: list[float], k: int) -> list[Document]:
@@ -804,16 +808,19 @@ class HyDERetriever(DetailedRetriever):
             found = dense_by_key.get(key) or fetched.get(key)
             if found is None:
                 continue
-            doc = found.model_copy(deep=True)
             in_dense = key in dense_by_key
-            doc.metadata["dense_score"] = found.metadata.get("score") if in_dense else None
-            doc.metadata["lexical_score"] = lexical_scores.get(key)
-            doc.metadata["found_by"] = [
+            found_by = [
                 name
                 for name, hit in (("dense", in_dense), ("lexical", key in lexical_scores))
                 if hit
             ]
-            doc.metadata["score"] = score
+            doc = with_metadata(
+                found,
+                dense_score=found.metadata.get("score") if in_dense else None,
+                lexical_score=lexical_scores.get(key),
+                found_by=found_by,
+                score=score,
+            )
             out.append(doc)
             if len(out) == k:
                 break
@@ -843,9 +850,11 @@ class HyDERetriever(DetailedRetriever):
             lambda vector: self.embed(query, written.texts, vector), name="hyde.embed"
         )
         with _settled(lexical):
-            embedded = embed.invoke(
-                early.result() if early else None, self._child(run_manager, "hyde.embed")
-            )
+            vector = early.result() if early else None
+            if _observed(run_manager):
+                embedded = embed.invoke(vector, self._child(run_manager, "hyde.embed"))
+            else:  # nobody listens: the child run would only cost time
+                embedded = self.embed(query, written.texts, vector)
             fused = self.fuse(embedded)
             check_dimension(self.vectorstore, len(fused.vectors[0]))
         timings["embedding_s"] = time.perf_counter() - start
@@ -888,7 +897,10 @@ class HyDERetriever(DetailedRetriever):
         )
         with _settled(lexical):
             query_vector = await early if early is not None else None
-            embedded = await embed.ainvoke(query_vector, self._child(run_manager, "hyde.embed"))
+            if _observed(run_manager):
+                embedded = await embed.ainvoke(query_vector, self._child(run_manager, "hyde.embed"))
+            else:  # nobody listens: the child run would only cost time
+                embedded = await aembed(query_vector)
             fused = self.fuse(embedded)
             check_dimension(self.vectorstore, len(fused.vectors[0]))
         timings["embedding_s"] = time.perf_counter() - start
@@ -974,6 +986,11 @@ class HyDERetriever(DetailedRetriever):
             if self.min_hypothesis_similarity is not None and written.texts:
                 doc.metadata["hyde_hypotheses_dropped"] = fused.dropped
         return result
+
+
+def _observed(run_manager: Any) -> bool:
+    """Whether any callback handler (tracing, ``astream_events``, ...) sees this run."""
+    return bool(run_manager.handlers or run_manager.inheritable_handlers)
 
 
 @contextmanager

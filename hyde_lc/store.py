@@ -740,6 +740,8 @@ def vector_search(
     The relevance comes from the collection's own distance function (cosine for hyde_lc
     collections): higher is better.
     """
+    from hyde_lc.vectorstore import with_metadata
+
     extra = dict(search_kwargs)
     extra["filter"] = search_filter(store, extra.get("filter"))
     to_relevance = store._select_relevance_score_fn()
@@ -747,9 +749,7 @@ def vector_search(
     for doc, distance in store.similarity_search_by_vector_with_relevance_scores(
         vector, k=k, **extra
     ):
-        copy = doc.model_copy(deep=True)
-        copy.metadata["score"] = float(to_relevance(distance))
-        out.append(copy)
+        out.append(with_metadata(doc, score=float(to_relevance(distance))))
     return out
 
 

@@ -182,7 +182,14 @@ def _relevance_fn(vectorstore: VectorStore) -> Callable[[float], float]:
         return float
 
 
+def with_metadata(doc: Document, **values: Any) -> Document:
+    """A copy of ``doc`` whose metadata has ``values`` set; the store's own is untouched.
+
+    A shallow copy with a new metadata dict: a deep copy of every candidate cost about
+    2 ms per hybrid search (100 candidates), and nothing here changes nested values.
+    """
+    return doc.model_copy(update={"metadata": {**doc.metadata, **values}})
+
+
 def _with_score(doc: Document, score: float | None) -> Document:
-    copy = doc.model_copy(deep=True)
-    copy.metadata["score"] = score
-    return copy
+    return with_metadata(doc, score=score)
