@@ -89,6 +89,7 @@ from hyde_lc.prompts import DEFAULT_PROMPT, get_prompt
 from hyde_lc.vectorstore import (
     check_dimension,
     check_embeddings,
+    is_chroma,
     mmr_search,
     vector_search,
     with_metadata,
@@ -753,9 +754,31 @@ class HyDERetriever(DetailedRetriever):
         lexical = self._lexical_side()
         if lexical_hits is None or lexical is None:
             return self._dense(fused, k)
+        depth = max(k, self.hybrid_candidates)
         with _settled(lexical_hits):
-            dense_hits = self._dense(fused, max(k, self.hybrid_candidates))
-        return self._hybrid(dense_hits, lexical_hits.result(), k, lexical)
+            scored = self._dense_ids(fused, depth)
+            docs: dict[str, Document] = {}
+            if scored is None:
+                hits = self._dense(fused, depth)
+                scored = [(_key(d), d.metadata.get("score")) for d in hits]
+                docs = {_key(d): d for d in hits}
+        return self._hybrid(scored, docs, lexical_hits.result(), k, lexical)
+
+    def _dense_ids(self, fused: Fused, depth: int) -> list[tuple[str, Any]] | None:
+        """Dense candidates as ``(id, score)`` without their texts, where the store allows.
+
+        A Chroma collection searched with one vector (and at most a ``filter``): the texts
+        of the candidates that make the fused ranking are read afterwards, in one request.
+        None: search for Documents instead.
+        """
+        if len(fused.vectors) != 1 or not is_chroma(self.vectorstore):
+            return None
+        if set(self.search_kwargs) - {"filter"}:
+            return None
+        from hyde_lc import store
+
+        where = store.search_filter(self.vectorstore, self.search_kwargs.get("filter"))  # type: ignore[arg-type]
+        return store.vector_hits(self.vectorstore, fused.vectors[0], depth, where)  # type: ignore[arg-type]
 
     def _dense(self, fused: Fused, k: int) -> list[Document]:
         """One search, or the reciprocal rank fusion of several (``rrf``)."""
@@ -783,12 +806,18 @@ class HyDERetriever(DetailedRetriever):
 
     def _hybrid(
         self,
-        dense: list[Document],
+        dense_scored: list[tuple[str, Any]],
+        dense_docs: dict[str, Document],
         lexical_hits: list[tuple[str, float]],
         k: int,
         lexical: LexicalSearch,
     ) -> list[Document]:
-        dense_scored = [(_key(d), d.metadata.get("score")) for d in dense]
+        """Fuse the two lists; chunks not already read are read now, best first.
+
+        ``dense_docs`` holds the dense candidates already read (all of them, or none when
+        the dense side returned ids only). A chunk read now may have gone (or be mid-write)
+        since it was found: it is skipped, and the next ones in the ranking are read.
+        """
         weights = [self.dense_weight, 1 - self.dense_weight]
         if self.hybrid_fusion == "rrf" or any(score is None for _, score in dense_scored):
             # a store that returns no scores: fuse by rank
@@ -796,34 +825,39 @@ class HyDERetriever(DetailedRetriever):
                 [[i for i, _ in dense_scored], [i for i, _ in lexical_hits]], weights=weights
             )
         else:
-            ranked = score_fusion([dense_scored, lexical_hits], weights)  # type: ignore[list-item]
-        dense_by_key = {_key(d): d for d in dense}
+            ranked = score_fusion([dense_scored, lexical_hits], weights)
+        dense_scores = dict(dense_scored)
         lexical_scores = dict(lexical_hits)
-        # Lexical-only hits are read from the store now: the chunk may have gone (or be
-        # mid-write) since the index was read; those are skipped.
-        missing = [key for key, _ in ranked[: 2 * k] if key not in dense_by_key]
-        fetched = {_key(d): d for d in lexical.documents(missing)}
-        out = []
-        for key, score in ranked:
-            found = dense_by_key.get(key) or fetched.get(key)
-            if found is None:
-                continue
-            in_dense = key in dense_by_key
-            found_by = [
-                name
-                for name, hit in (("dense", in_dense), ("lexical", key in lexical_scores))
-                if hit
-            ]
-            doc = with_metadata(
-                found,
-                dense_score=found.metadata.get("score") if in_dense else None,
-                lexical_score=lexical_scores.get(key),
-                found_by=found_by,
-                score=score,
-            )
-            out.append(doc)
-            if len(out) == k:
-                break
+        out: list[Document] = []
+        start, width = 0, 2 * k
+        while len(out) < k and start < len(ranked):
+            batch = ranked[start : start + width]
+            unread = [key for key, _ in batch if key not in dense_docs]
+            read = {_key(d): d for d in lexical.documents(unread)} if unread else {}
+            for key, score in batch:
+                found = dense_docs.get(key) or read.get(key)
+                if found is None:
+                    continue
+                found_by = [
+                    name
+                    for name, hit in (
+                        ("dense", key in dense_scores),
+                        ("lexical", key in lexical_scores),
+                    )
+                    if hit
+                ]
+                out.append(
+                    with_metadata(
+                        found,
+                        dense_score=dense_scores.get(key),
+                        lexical_score=lexical_scores.get(key),
+                        found_by=found_by,
+                        score=score,
+                    )
+                )
+                if len(out) == k:
+                    break
+            start, width = start + width, 2 * width
         return out
 
     # -- the whole pipeline ------------------------------------------------------------

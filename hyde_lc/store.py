@@ -753,6 +753,21 @@ def vector_search(
     return out
 
 
+def vector_hits(
+    store: Chroma, vector: list[float], k: int, where: Any = None
+) -> list[tuple[str, float]]:
+    """The ``k`` nearest visible chunks as ``(id, relevance)``, without reading their texts.
+
+    The dense candidates of a hybrid search: most of them are never returned, so only the
+    ones that make the fused ranking are read afterwards (`documents_by_id`).
+    """
+    extra: dict[str, Any] = {"where": where} if where else {}
+    got = query_visible(store, k, query_embeddings=[vector], include=["distances"], **extra)
+    to_relevance = store._select_relevance_score_fn()
+    ids, distances = got["ids"][0], got["distances"][0]
+    return [(str(i), float(to_relevance(d))) for i, d in zip(ids, distances, strict=True)]
+
+
 def mmr_search(
     store: Chroma, vector: list[float], k: int, search_kwargs: dict[str, Any]
 ) -> list[Document]:
