@@ -370,3 +370,23 @@ def test_a_failing_embedding_fails_the_hybrid_search(store):
     retriever = HyDERetriever(vectorstore=store, embeddings=Broken(size=32), n_hypotheses=0)
     with pytest.raises(RuntimeError, match="embedding server down"):
         retriever.invoke("who wound the clockwork")
+
+
+def test_a_chunk_gone_before_its_text_is_read_is_skipped_and_k_still_returned(store, monkeypatch):
+    # The dense side returns ids only; texts are read afterwards. A chunk deleted in
+    # between is left out, and the next ones in the ranking fill its place.
+    from hyde_lc import store as store_module
+
+    retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, k=2)
+    first = retriever.invoke("who wound the clockwork")
+    gone = first[0].id
+    real = store_module.documents_by_id
+
+    def without_gone(st, ids, where=None):
+        return [d for d in real(st, ids, where) if d.id != gone]
+
+    monkeypatch.setattr(store_module, "documents_by_id", without_gone)
+    again = retriever.invoke("who wound the clockwork")
+    assert len(again) == 2 and gone not in {d.id for d in again}
+    assert again[0].id == first[1].id
+    assert all(d.page_content for d in again)
