@@ -17,7 +17,7 @@ so a rerun writes nothing.
 
     python -m benchmarks.tutorial_retrieval --tutorial ../shared/data/tutorial \\
         --hypothesis-cache benchmarks/results/hypotheses/small-sets-qwen2.5-coder-0.5b.sqlite \\
-        --out benchmarks/results/tutorial_retrieval.json
+        --out benchmarks/results/tutorial_retrieval_qwen0.5b.json
 """
 
 from __future__ import annotations
