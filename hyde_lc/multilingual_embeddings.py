@@ -8,7 +8,8 @@ E5 is an asymmetric model: it was trained with a ``query: `` prefix on searches 
 ``passage: `` prefix on the texts searched. `embed_query` and `embed_documents` add them.
 HyDE's hypotheses are passages written by an LLM; `embed_hypotheses` embeds them with
 the prefix chosen by ``hypothesis_prefix`` (``passage`` by default, as the HyDE paper
-treats them as documents). Texts longer than the model's 512-token window are not cut:
+treats them as documents; measured, it beats ``query`` by 1.0 nDCG@10 on SciFact and ties
+on CMRC 2018, BENCHMARKS.md). Texts longer than the model's 512-token window are not cut:
 the engine averages 512-token windows.
 
 Example:
