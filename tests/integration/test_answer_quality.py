@@ -14,21 +14,21 @@ import pytest
 
 from benchmarks.sample_qa import QUESTIONS, abstained, answered
 from hyde_lc import HyDERetriever, build_answer_chain, load_llm
-from hyde_lc.models import DEFAULT_LLM
+from hyde_lc.models import DEFAULT_HYPOTHESIS_LLM, DEFAULT_LLM
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.slow,
     pytest.mark.skipif(
         not os.environ.get("HYDE_LC_SLOW_TESTS"),
-        reason="loads the 1.1 GB default model; set HYDE_LC_SLOW_TESTS=1",
+        reason="loads the default models (1.6 GB); set HYDE_LC_SLOW_TESTS=1",
     ),
 ]
 
 
-def test_default_model_answers_from_the_document(sample_store):
+def test_default_models_answer_from_the_document(sample_store):
     store = sample_store
-    writer = load_llm(DEFAULT_LLM, role="hypothesis")
+    writer = load_llm(DEFAULT_HYPOTHESIS_LLM, role="hypothesis")
     chain = build_answer_chain(
         HyDERetriever(vectorstore=store, hypothesis_llm=writer, k=4),
         load_llm(DEFAULT_LLM, role="answer"),
