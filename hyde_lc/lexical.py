@@ -576,7 +576,9 @@ def _folder_lock(folder: Path) -> Iterator[None]:
     except ImportError:  # pragma: no cover - Windows: tantivy's own writer lock only
         yield
         return
-    folder.mkdir(parents=True, exist_ok=True)
+    # The lock file sits beside the folder: only the parent must exist. Creating the
+    # folder here, outside the lock, raced with `LexicalIndex.open` clearing it inside.
+    folder.parent.mkdir(parents=True, exist_ok=True)
     with (folder.parent / f"{folder.name}.lock").open("a+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
