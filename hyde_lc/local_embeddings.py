@@ -107,11 +107,12 @@ class MiniLMEmbeddings(BaseModel, Embeddings):
                 tokenizer = Tokenizer.from_file(str(MINILM_TOKENIZER.path()))
                 tokenizer.enable_truncation(max_length=self.max_tokens)
                 tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # pad to longest in batch
-                self._session = _session(onnxruntime, self.threads or (os.cpu_count() or 1))
+                batch_threads = self.threads or os.cpu_count() or 1
+                self._session = _session(onnxruntime, batch_threads)
                 self._query_session = (
-                    _session(onnxruntime, self.query_threads)
-                    if self.query_threads != (self.threads or os.cpu_count() or 1)
-                    else self._session
+                    self._session
+                    if self.query_threads == batch_threads
+                    else _session(onnxruntime, self.query_threads)
                 )
                 self._tokenizer = tokenizer
         session = self._query_session if texts <= SMALL_CALL else self._session

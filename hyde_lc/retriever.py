@@ -777,7 +777,7 @@ class HyDERetriever(DetailedRetriever):
             return None
         from hyde_lc import store
 
-        where = store.search_filter(self.vectorstore, self.search_kwargs.get("filter"))  # type: ignore[arg-type]
+        where = self.search_kwargs.get("filter")  # pending versions: left out by vector_hits
         return store.vector_hits(self.vectorstore, fused.vectors[0], depth, where)  # type: ignore[arg-type]
 
     def _dense(self, fused: Fused, k: int) -> list[Document]:

@@ -60,6 +60,7 @@ from hyde_lc.errors import (
     StoreUnavailableError,
 )
 from hyde_lc.models import EMBEDDINGS_ENV, embedding_model_id
+from hyde_lc.vectorstore import with_metadata
 
 try:
     import fcntl
@@ -740,8 +741,6 @@ def vector_search(
     The relevance comes from the collection's own distance function (cosine for hyde_lc
     collections): higher is better.
     """
-    from hyde_lc.vectorstore import with_metadata
-
     extra = dict(search_kwargs)
     extra["filter"] = search_filter(store, extra.get("filter"))
     to_relevance = store._select_relevance_score_fn()
@@ -759,7 +758,8 @@ def vector_hits(
     """The ``k`` nearest visible chunks as ``(id, relevance)``, without reading their texts.
 
     The dense candidates of a hybrid search: most of them are never returned, so only the
-    ones that make the fused ranking are read afterwards (`documents_by_id`).
+    ones that make the fused ranking are read afterwards (`documents_by_id`). ``where`` is
+    the caller's filter only: `query_visible` leaves pending versions out for any store.
     """
     extra: dict[str, Any] = {"where": where} if where else {}
     got = query_visible(store, k, query_embeddings=[vector], include=["distances"], **extra)
