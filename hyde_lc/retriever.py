@@ -91,6 +91,7 @@ from hyde_lc.vectorstore import (
     check_embeddings,
     is_chroma,
     mmr_search,
+    scored_search,
     vector_search,
     with_metadata,
 )
@@ -758,7 +759,12 @@ class HyDERetriever(DetailedRetriever):
         with _settled(lexical_hits):
             scored = self._dense_ids(fused, depth)
             docs: dict[str, Document] = {}
-            if scored is None:
+            if scored is None and len(fused.vectors) == 1:
+                # the store's own Documents: only the few that make the ranking are copied
+                pairs = scored_search(self.vectorstore, fused.vectors[0], depth, self.search_kwargs)
+                scored = [(_key(d), score) for d, score in pairs]
+                docs = {_key(d): d for d, _ in pairs}
+            elif scored is None:
                 hits = self._dense(fused, depth)
                 scored = [(_key(d), d.metadata.get("score")) for d in hits]
                 docs = {_key(d): d for d in hits}

@@ -60,7 +60,6 @@ from hyde_lc.errors import (
     StoreUnavailableError,
 )
 from hyde_lc.models import EMBEDDINGS_ENV, embedding_model_id
-from hyde_lc.vectorstore import with_metadata
 
 try:
     import fcntl
@@ -733,23 +732,23 @@ def _write_metadata(collection: Any, metadata: dict[str, Any]) -> None:
 # -- searching by vector (what hyde_lc.vectorstore asks of a Chroma store) ------------------
 
 
-def vector_search(
+def scored_search(
     store: Chroma, vector: list[float], k: int, search_kwargs: dict[str, Any]
-) -> list[Document]:
-    """The ``k`` nearest visible chunks, as copies with ``metadata["score"]`` (relevance).
+) -> list[tuple[Document, float | None]]:
+    """The ``k`` nearest visible chunks with their relevance, higher is better.
 
     The relevance comes from the collection's own distance function (cosine for hyde_lc
-    collections): higher is better.
+    collections).
     """
     extra = dict(search_kwargs)
     extra["filter"] = search_filter(store, extra.get("filter"))
     to_relevance = store._select_relevance_score_fn()
-    out = []
-    for doc, distance in store.similarity_search_by_vector_with_relevance_scores(
-        vector, k=k, **extra
-    ):
-        out.append(with_metadata(doc, score=float(to_relevance(distance))))
-    return out
+    return [
+        (doc, float(to_relevance(distance)))
+        for doc, distance in store.similarity_search_by_vector_with_relevance_scores(
+            vector, k=k, **extra
+        )
+    ]
 
 
 def vector_hits(

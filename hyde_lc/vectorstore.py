@@ -67,18 +67,31 @@ def vector_search(
     vectorstore: VectorStore, vector: list[float], k: int, search_kwargs: dict[str, Any]
 ) -> list[Document]:
     """The ``k`` nearest chunks; each copy's ``metadata["score"]`` is its relevance or None."""
+    return [
+        _with_score(doc, score)
+        for doc, score in scored_search(vectorstore, vector, k, search_kwargs)
+    ]
+
+
+def scored_search(
+    vectorstore: VectorStore, vector: list[float], k: int, search_kwargs: dict[str, Any]
+) -> list[tuple[Document, float | None]]:
+    """The ``k`` nearest chunks with their relevance (None: the store gives no score).
+
+    The Documents are the store's own: copy one (`with_metadata`) before changing it. A
+    hybrid search asks for 100 candidates and keeps about ten, so it copies only those.
+    """
     if is_chroma(vectorstore):
         from hyde_lc import store
 
-        return store.vector_search(vectorstore, vector, k, search_kwargs)  # type: ignore[arg-type]
+        return store.scored_search(vectorstore, vector, k, search_kwargs)  # type: ignore[arg-type]
     scored = getattr(vectorstore, "similarity_search_with_score_by_vector", None)
     if scored is None:
         docs = vectorstore.similarity_search_by_vector(vector, k=k, **search_kwargs)
-        return [_with_score(doc, None) for doc in docs]
+        return [(doc, None) for doc in docs]
     to_relevance = _relevance_fn(vectorstore)
     return [
-        _with_score(doc, float(to_relevance(score)))
-        for doc, score in scored(vector, k=k, **search_kwargs)
+        (doc, float(to_relevance(score))) for doc, score in scored(vector, k=k, **search_kwargs)
     ]
 
 

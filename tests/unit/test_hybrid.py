@@ -390,3 +390,29 @@ def test_a_chunk_gone_before_its_text_is_read_is_skipped_and_k_still_returned(st
     assert len(again) == 2 and gone not in {d.id for d in again}
     assert again[0].id == first[1].id
     assert all(d.page_content for d in again)
+
+
+class SharedDocumentsStore(InMemoryVectorStore):
+    """A store that hands out its own Document objects (as a cache in front of a store may)."""
+
+    def __init__(self, embedding: Any) -> None:
+        super().__init__(embedding)
+        self.shared: dict[str, Document] = {}
+
+    def similarity_search_with_score_by_vector(self, embedding, k=4, filter=None, **kwargs):
+        found = super().similarity_search_with_score_by_vector(embedding, k, filter, **kwargs)
+        return [(self.shared.setdefault(str(d.id), d), score) for d, score in found]
+
+
+def test_hybrid_search_leaves_the_stores_own_documents_unchanged(fake_embeddings):
+    store = SharedDocumentsStore(fake_embeddings)
+    store.add_documents([Document(t, id=n, metadata={"name": n}) for n, t in TEXTS.items()])
+    retriever = HyDERetriever(
+        vectorstore=store, n_hypotheses=0, k=2, lexical=LexicalSearch.from_store(store)
+    )
+    first = retriever.invoke("who wound the clockwork")
+    again = retriever.invoke("who wound the clockwork")
+    assert store.shared and all(d.metadata == {"name": d.id} for d in store.shared.values())
+    assert [d.id for d in first] == [d.id for d in again] and first[0].id == "keeper.txt"
+    assert all({"score", "found_by", "dense_score"} <= set(d.metadata) for d in first)
+    assert not any(d is s for d in first for s in store.shared.values())

@@ -319,7 +319,8 @@ def test_langchain_writes_create_the_collection_with_the_model_recorded(tmp_path
 
 
 def test_the_vector_search_helpers_leave_pending_documents_out(two_docs, fake_embeddings):
-    from hyde_lc.store import documents_by_id, mmr_search, vector_search
+    from hyde_lc.store import documents_by_id, mmr_search
+    from hyde_lc.vectorstore import vector_search
 
     store, version, hidden = two_docs
     text = next(t for t, _ in hidden if "hidden3." in t)
