@@ -18,11 +18,12 @@ should reproduce the peers exactly (``hypotheses-only``, ``w=paper``) check the 
 
 Overhead outside the LLM: time per query of everything but generation (prompt, embedding,
 search), measured in one run that interleaves the systems query by query (the order
-rotates) so machine load hits them alike; reported as medians and as ratios to
-LangChain's. The stand-in writer is instant by default; ``--writer-seconds S`` makes every
-system's writer sleep S seconds first, as a real one takes seconds, and the time the writer
-measured itself spending is taken off each query's wall time: what is left is the work not
-hidden behind generation (hyde_lc embeds the question while the hypothesis is written).
+rotates) so machine load hits them alike; reported as medians, as ratios to LangChain's,
+and as the median per-query difference to LangChain's with a bootstrap interval. The
+stand-in writer is instant by default; ``--writer-seconds S`` makes every system's writer
+sleep S seconds first, as a real one takes seconds, and the time the writer measured
+itself spending is taken off each query's wall time: what is left is the work not hidden
+behind generation (hyde_lc embeds the question while the hypothesis is written).
 Garbage is collected before each timed call and not during it (as ``timeit`` does), so
 one system's garbage is not collected on another's clock.
 The quality run always uses the instant writer.
@@ -286,10 +287,32 @@ def overhead(
             "median_ms": round(1000 * statistics.median(values), 2),
             "p95_ms": round(1000 * float(np.percentile(values, 95)), 2),
             "ratio_to_langchain": round(statistics.median(values) / base, 3),
+            "vs_langchain_ms": paired_median_difference(seconds[names[0]], values),
             "writer_median_ms": round(1000 * statistics.median(writing[name]), 2),
             "queries": len(values),
         }
         for name, values in seconds.items()
+    }
+
+
+def paired_median_difference(base: list[float], other: list[float]) -> dict:
+    """Median over queries of ``other - base`` in ms, with its 95% bootstrap interval.
+
+    Each query is timed for every system in the same round, so the difference per query
+    leaves out what the question itself costs (its hypothesis's length, the machine's
+    load at that moment); a ratio of two medians does not.
+    """
+    from scipy.stats import bootstrap
+
+    diffs = 1000 * (np.asarray(other) - np.asarray(base))
+    if np.allclose(diffs, diffs[0]):
+        return {"median": round(float(diffs[0]), 2), "ci": [round(float(diffs[0]), 2)] * 2}
+    ci = bootstrap(
+        (diffs,), np.median, n_resamples=5000, method="percentile", random_state=0
+    ).confidence_interval
+    return {
+        "median": round(float(np.median(diffs)), 2),
+        "ci": [round(float(ci.low), 2), round(float(ci.high), 2)],
     }
 
 
@@ -344,13 +367,20 @@ def markdown(rows: dict[str, dict], timing: dict[str, dict], meta: dict) -> str:
         f"{meta['corpus']:,} documents, k={TIMED_K}; {meta['timed_queries']} queries, the "
         f"systems interleaved; {meta['machine']})",
         "",
-        "| system | texts embedded | median ms | p95 ms | ratio to LangChain |",
-        "|---|---|---|---|---|",
+        "| system | texts embedded | median ms | p95 ms | ratio to LangChain "
+        "| per query vs LangChain, ms (95% CI) |",
+        "|---|---|---|---|---|---|",
     ]
     for name, t in timing.items():
+        vs = t["vs_langchain_ms"]
+        paired = (
+            ""
+            if name == TIMED[0]
+            else f"{vs['median']:+.2f} [{vs['ci'][0]:+.2f}, {vs['ci'][1]:+.2f}]"
+        )
         lines.append(
             f"| {name} | {EMBEDDED_TEXTS[name]} | {t['median_ms']} | {t['p95_ms']} "
-            f"| {t['ratio_to_langchain']:.2f} |"
+            f"| {t['ratio_to_langchain']:.2f} | {paired} |"
         )
     return "\n".join(lines) + "\n"
 
