@@ -755,36 +755,31 @@ class HyDERetriever(DetailedRetriever):
         lexical = self._lexical_side()
         if lexical_hits is None or lexical is None:
             return self._dense(fused, k)
-        depth = max(k, self.hybrid_candidates)
         with _settled(lexical_hits):
-            scored = self._dense_ids(fused, depth)
-            docs: dict[str, Document] = {}
-            if scored is None and len(fused.vectors) == 1:
-                # the store's own Documents: only the few that make the ranking are copied
-                pairs = scored_search(self.vectorstore, fused.vectors[0], depth, self.search_kwargs)
-                scored = [(_key(d), score) for d, score in pairs]
-                docs = {_key(d): d for d, _ in pairs}
-            elif scored is None:
-                hits = self._dense(fused, depth)
-                scored = [(_key(d), d.metadata.get("score")) for d in hits]
-                docs = {_key(d): d for d in hits}
+            scored, docs = self._dense_candidates(fused, max(k, self.hybrid_candidates))
         return self._hybrid(scored, docs, lexical_hits.result(), k, lexical)
 
-    def _dense_ids(self, fused: Fused, depth: int) -> list[tuple[str, Any]] | None:
-        """Dense candidates as ``(id, score)`` without their texts, where the store allows.
+    def _dense_candidates(
+        self, fused: Fused, depth: int
+    ) -> tuple[list[tuple[str, Any]], dict[str, Document]]:
+        """A hybrid search's dense side: ``(id, score)`` best first, and the chunks read.
 
-        A Chroma collection searched with one vector (and at most a ``filter``): the texts
-        of the candidates that make the fused ranking are read afterwards, in one request.
-        None: search for Documents instead.
+        A Chroma collection searched with one vector (and at most a ``filter``) gives ids
+        and scores only: the texts of the candidates that make the fused ranking are read
+        afterwards, in one request. Another store gives its own Documents, which `_hybrid`
+        copies only when it returns them; several vectors (``rrf``) give their fusion.
         """
-        if len(fused.vectors) != 1 or not is_chroma(self.vectorstore):
-            return None
-        if set(self.search_kwargs) - {"filter"}:
-            return None
-        from hyde_lc import store
+        if len(fused.vectors) > 1:
+            hits = self._dense(fused, depth)
+            return [(_key(d), d.metadata.get("score")) for d in hits], {_key(d): d for d in hits}
+        vector = fused.vectors[0]
+        if is_chroma(self.vectorstore) and not set(self.search_kwargs) - {"filter"}:
+            from hyde_lc import store
 
-        where = self.search_kwargs.get("filter")  # pending versions: left out by vector_hits
-        return store.vector_hits(self.vectorstore, fused.vectors[0], depth, where)  # type: ignore[arg-type]
+            where = self.search_kwargs.get("filter")  # pending versions: left out by vector_hits
+            return store.vector_hits(self.vectorstore, vector, depth, where), {}  # type: ignore[arg-type]
+        pairs = scored_search(self.vectorstore, vector, depth, self.search_kwargs)
+        return [(_key(d), score) for d, score in pairs], {_key(d): d for d, _ in pairs}
 
     def _dense(self, fused: Fused, k: int) -> list[Document]:
         """One search, or the reciprocal rank fusion of several (``rrf``)."""
