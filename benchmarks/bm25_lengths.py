@@ -23,9 +23,15 @@ from pathlib import Path
 import numpy as np
 
 from hyde_lc.bench.beir import load_beir
-from hyde_lc.bench.retrieval import DEPTH, corpus_index, ir_metrics, paired_bootstrap
+from hyde_lc.bench.retrieval import (
+    DEPTH,
+    corpus_index,
+    corpus_lexical,
+    ir_metrics,
+    paired_bootstrap,
+)
 from hyde_lc.fusion import score_fusion
-from hyde_lc.lexical import LexicalIndex, analyze, lexical_query
+from hyde_lc.lexical import analyze, lexical_query
 from hyde_lc.models import load_embeddings
 
 K1, B = 1.2, 0.75
@@ -68,7 +74,7 @@ class ExactBM25:
         }
 
     def search(self, weights: Counter[str], k: int) -> list[tuple[str, float]]:
-        """The ``k`` best documents as ``(id, score)``, best first (as `LexicalIndex`)."""
+        """The ``k`` best documents as ``(id, score)``, best first (as `LexicalSearch`)."""
         scores = np.zeros(len(self.ids))
         for term, weight in weights.items():
             if term not in self.postings:
@@ -91,8 +97,7 @@ def main() -> None:
     data = load_beir(args.data, split=args.split, limit=args.limit)
     embeddings = load_embeddings("local:minilm")
     dense_index = corpus_index(data, embeddings)
-    tantivy = LexicalIndex.in_memory()
-    tantivy.add(data.corpus.items())
+    tantivy = corpus_lexical(dense_index, data)
     exact = ExactBM25(data.corpus)
     vectors = dict(
         zip(data.queries, embeddings.embed_documents(list(data.queries.values())), strict=True)

@@ -302,18 +302,10 @@ def paired_median_difference(base: list[float], other: list[float]) -> dict:
     leaves out what the question itself costs (its hypothesis's length, the machine's
     load at that moment); a ratio of two medians does not.
     """
-    from scipy.stats import bootstrap
-
-    diffs = 1000 * (np.asarray(other) - np.asarray(base))
-    if np.allclose(diffs, diffs[0]):
-        return {"median": round(float(diffs[0]), 2), "ci": [round(float(diffs[0]), 2)] * 2}
-    ci = bootstrap(
-        (diffs,), np.median, n_resamples=5000, method="percentile", random_state=0
-    ).confidence_interval
-    return {
-        "median": round(float(np.median(diffs)), 2),
-        "ci": [round(float(ci.low), 2), round(float(ci.high), 2)],
-    }
+    median, (low, high) = paired_bootstrap(
+        [1000 * x for x in base], [1000 * x for x in other], statistic=np.median
+    )
+    return {"median": round(median, 2), "ci": [round(low, 2), round(high, 2)]}
 
 
 EMBEDDED_TEXTS = {

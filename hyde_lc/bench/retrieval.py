@@ -563,23 +563,26 @@ def ir_metrics(
 
 
 def paired_bootstrap(
-    a: Sequence[float], b: Sequence[float], resamples: int = 5000
+    a: Sequence[float],
+    b: Sequence[float],
+    resamples: int = 5000,
+    statistic: Callable[..., Any] = np.mean,
 ) -> tuple[float, tuple[float, float]]:
-    """Mean of b - a over queries and its 95% percentile bootstrap interval."""
+    """Mean (or ``statistic``) of b - a over queries and its 95% percentile bootstrap interval."""
     from scipy.stats import bootstrap
 
     diffs = np.asarray(b, dtype=float) - np.asarray(a, dtype=float)
     if np.allclose(diffs, diffs[0]):
-        return float(diffs.mean()), (float(diffs[0]), float(diffs[0]))
+        return float(statistic(diffs)), (float(diffs[0]), float(diffs[0]))
     ci = bootstrap(
         (diffs,),
-        np.mean,
+        statistic,
         n_resamples=resamples,
         confidence_level=0.95,
         method="percentile",
         random_state=0,
     ).confidence_interval
-    return float(diffs.mean()), (float(ci.low), float(ci.high))
+    return float(statistic(diffs)), (float(ci.low), float(ci.high))
 
 
 def compare(reference: ModeResult, other: ModeResult) -> Comparison:
