@@ -5,7 +5,8 @@ travels in a context variable, so it reaches worker threads that run with a copy
 caller's context, as LangChain's executors do). `LocalChatModel` checks it before it
 takes an engine slot and after every generated token: once the scope is cancelled, its
 requests stop within one decoding step and free the llama.cpp engine for the next call.
-`write_hypotheses` cancels its scope when its timeout expires.
+`write_hypotheses` cancels its scope when its timeout expires, and stops waiting as soon
+as its scope is cancelled (`CancelScope.on_cancel` tells it, in whichever thread cancels).
 
 Scopes nest: a scope opened inside another is cancelled when either is.
 
@@ -23,8 +24,8 @@ Example:
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 
 from hyde_lc.errors import HydeLcError
@@ -49,13 +50,70 @@ class CancelScope:
     def __init__(self, parent: CancelScope | None = None) -> None:
         self._event = threading.Event()
         self._reason: str | None = None
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], None]] = []
         self.parent = parent
 
     def cancel(self, reason: str = "cancelled") -> None:
-        """Cancel every generation under this scope (idempotent; the first reason stays)."""
-        if not self._event.is_set():
+        """Cancel every generation under this scope (idempotent; the first reason stays).
+
+        The callbacks registered with `on_cancel` run here, in the calling thread.
+        """
+        with self._lock:
+            if self._event.is_set():
+                return
             self._reason = reason
             self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` once, when this scope or an enclosing one is cancelled.
+
+        It runs at once if one already is, otherwise in the thread that cancels (so it
+        should only record the fact and wake a waiter). Returns a function that
+        unregisters it, for when nobody waits any more.
+
+        Example:
+            >>> outer = CancelScope()
+            >>> heard = []
+            >>> forget = CancelScope(parent=outer).on_cancel(lambda: heard.append("stop"))
+            >>> outer.cancel("shutting down")
+            >>> outer.cancel("again")
+            >>> heard
+            ['stop']
+
+        """
+        guard = threading.Lock()
+        called = False
+
+        def once() -> None:
+            nonlocal called
+            with guard:
+                if called:
+                    return
+                called = True
+            callback()
+
+        registered: list[CancelScope] = []
+        scope: CancelScope | None = self
+        while scope is not None:
+            with scope._lock:
+                if not scope._event.is_set():
+                    scope._callbacks.append(once)
+                    registered.append(scope)
+                    scope = scope.parent
+                    continue
+            once()
+            break
+
+        def forget() -> None:
+            for each in registered:
+                with each._lock, suppress(ValueError):
+                    each._callbacks.remove(once)
+
+        return forget
 
     @property
     def cancelled(self) -> bool:

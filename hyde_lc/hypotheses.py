@@ -11,6 +11,10 @@ What happens when the LLM fails:
   one decoding step (`hyde_lc.cancellation`), remote requests carry the remaining time
   as their HTTP timeout, prompts not yet sent are never sent, and no thread left behind
   holds the process at exit;
+* a cancel of the caller's `hyde_lc.cancellation.CancelScope` (or of one it is nested in)
+  stops the generations as a timeout does and ends the wait at once, but keeps the
+  passages already written; the prompts that had not finished count as failed
+  (`GenerationCancelled`), and with no passage the fallback is ``cancelled: <reason>``;
 * a configuration error (a rejected API key, 401; no permission, 403; an unknown model
   or URL, 404; a missing or damaged local model file) raises
   `hyde_lc.endpoint_errors.ModelConfigurationError` or the package's own error: HyDE is
@@ -44,8 +48,9 @@ import contextvars
 import logging
 import re
 import threading
-import time
 from collections import Counter
+from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -210,12 +215,19 @@ def _assemble(
     cached: list[str | None],
     results: list[Any],
     config_errors: ConfigErrors,
+    cancelled: str | None = None,
 ) -> Hypotheses:
-    """Hypotheses from cache hits and fresh results (outputs or exceptions)."""
+    """Hypotheses from cache hits and fresh results (outputs or exceptions).
+
+    ``cancelled`` says why the generations were cancelled, if they were: the fallback
+    names it when nothing else went wrong.
+    """
     errors = [r for r in results if isinstance(r, BaseException)]
     setup = next((e for e in errors if is_setup_error(e)), None)
     if setup is not None and config_errors == "raise":
         _raise_setup_error(setup, llm)
+    # An error that cancelled the other generations says more than their cancels.
+    first = next((e for e in errors if not isinstance(e, GenerationCancelled)), None)
     fresh = iter(results)
     texts, messages = [], []
     for hit in cached:
@@ -232,7 +244,12 @@ def _assemble(
     hits = sum(c is not None for c in cached)
     reason = None
     if not kept:
-        reason = f"error: {_describe(errors[0], llm)}" if errors else "empty or refusal"
+        if errors and first is None and cancelled is not None:
+            reason = f"cancelled: {cancelled}"
+        elif errors:
+            reason = f"error: {_describe(first or errors[0], llm)}"
+        else:
+            reason = "empty or refusal"
         reason = _fallback(reason, llm, prompts)
     elif errors:
         logger.warning(
@@ -240,7 +257,7 @@ def _assemble(
             len(errors),
             len(prompts),
             _model_name(llm),
-            _describe(errors[0], llm),
+            _describe(first or errors[0], llm),
         )
     return Hypotheses(kept, prompts, messages, cache_hits=hits, fallback=reason, failed=len(errors))
 
@@ -280,59 +297,203 @@ def _concurrency(config: RunnableConfig | None, count: int) -> int:
     return max(1, min(count, int(limit)))
 
 
+_PENDING: Any = object()
+"""The outcome of a prompt that has not ended yet."""
+
+
+class _Round:
+    """The outcome of every prompt of one round of generation, each counted exactly once.
+
+    A prompt ends with its output, with the exception its call raised or, once the scope
+    (or one it is nested in) is cancelled, with `GenerationCancelled` if it had not ended
+    yet: never sent, or still generating for nobody. The round is over when every prompt
+    has ended, so a cancel ends it at once and keeps the passages already written. A
+    setup error cancels the scope: the other prompts would fail the same way.
+
+    The threads of `write_hypotheses` and the tasks of `awrite_hypotheses` both take
+    their prompts from a round and hand it their outcomes.
+    """
+
+    def __init__(self, count: int, scope: CancelScope) -> None:
+        self.scope = scope
+        self.results: list[Any] = [_PENDING] * count
+        self.timed_out = False
+        """True when the wait's timeout expired first (the scope is then cancelled)."""
+        self.cancelled: str | None = None
+        """Why the scope was cancelled, when that ended the round."""
+        self._sent = 0
+        self._left = count
+        self._lock = threading.Lock()
+        self._over = threading.Event()
+        self._wakers: list[Callable[[], None]] = []
+        if not count:
+            self._over.set()
+        self._forget = scope.on_cancel(self._cancel)
+
+    def next_prompt(self) -> int | None:
+        """The next prompt's index; None once all are sent or the scope is cancelled."""
+        with self._lock:
+            if self._sent == len(self.results) or self.scope.cancelled:
+                return None
+            self._sent += 1
+            return self._sent - 1
+
+    def end(self, index: int, outcome: Any) -> None:
+        """Record how prompt ``index`` ended: its output or the exception its call raised."""
+        with self._lock:
+            if self.results[index] is not _PENDING:  # ended by a cancel already
+                return
+            self.results[index] = outcome
+            self._left -= 1
+            over = self._left == 0
+        if isinstance(outcome, BaseException) and is_setup_error(outcome):
+            self.scope.cancel("configuration error")
+        if over:
+            self._finish()
+
+    def wait(self, timeout: float | None) -> None:
+        """Block until the round is over; once ``timeout`` expires, cancel the scope."""
+        if not self._over.wait(timeout):
+            self._time_out(timeout)
+
+    async def wait_async(self, timeout: float | None) -> None:
+        """`wait` in a coroutine: the event loop runs on while the prompts end."""
+        loop = asyncio.get_running_loop()
+        over: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            with suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                loop.call_soon_threadsafe(_resolve, over)
+
+        with self._lock:
+            waiting = not self._over.is_set()
+            if waiting:
+                self._wakers.append(wake)
+        if not waiting:
+            return
+        try:
+            await asyncio.wait_for(over, timeout)
+        except TimeoutError:
+            self._time_out(timeout)
+
+    def close(self) -> None:
+        """Stop listening to the scope; a caller that stopped waiting early cancels it."""
+        if not self._over.is_set():
+            self.scope.cancel("the caller stopped waiting")
+        self._forget()
+
+    def _time_out(self, timeout: float | None) -> None:
+        self.timed_out = not self._over.is_set()
+        self.scope.cancel(f"timeout after {timeout}s")
+
+    def _cancel(self) -> None:
+        reason = self.scope.reason
+        with self._lock:
+            if self._left == 0:
+                return
+            self.cancelled = reason
+            for index, result in enumerate(self.results):
+                if result is _PENDING:
+                    state = "generation cancelled" if index < self._sent else "not generated"
+                    self.results[index] = GenerationCancelled(f"{state}: {reason}")
+            self._left = 0
+        self._finish()
+
+    def _finish(self) -> None:
+        with self._lock:
+            self._over.set()
+            wakers, self._wakers = self._wakers, []
+        for wake in wakers:
+            wake()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 def _run_in_threads(
     llm: BaseLanguageModel,
     prompts: list[str],
     config: RunnableConfig | None,
     timeout: float | None,
     scope: CancelScope,
-) -> list[Any] | None:
-    """Invoke ``llm`` on each prompt in daemon threads; results (or exceptions) in order.
+) -> _Round:
+    """Invoke ``llm`` on each prompt in daemon threads, until the round is over.
 
-    Returns None when ``timeout`` expires first. LangChain's ``batch`` runs on a thread
-    pool whose workers the interpreter joins at exit, so a call abandoned on timeout
-    would hold the process until it ends; these daemon workers do not. Each worker runs
-    in a copy of the caller's context, so tracing and ``collect_runs`` see the calls,
-    and under ``scope``, so a cancel stops local generations and unsent prompts.
+    LangChain's ``batch`` runs on a thread pool whose workers the interpreter joins at
+    exit, so a call abandoned on timeout would hold the process until it ends; these
+    daemon workers do not. Each worker runs in a copy of the caller's context, so
+    tracing and ``collect_runs`` see the calls, and under ``scope``, so a cancel stops
+    local generations and unsent prompts.
     """
-    deadline = None if timeout is None else time.monotonic() + timeout
     configs = get_config_list(config, len(prompts))
     kwargs = _call_kwargs(llm, timeout)
-    results: list[Any] = [None] * len(prompts)
-    pending = iter(range(len(prompts)))
-    lock = threading.Lock()
-    left = [len(prompts)]
-    finished = threading.Event()
+    round_ = _Round(len(prompts), scope)
 
     def work() -> None:
         with cancel_scope(scope):
-            while not scope.cancelled:
-                with lock:
-                    index = next(pending, None)
-                if index is None:
-                    return
+            while (index := round_.next_prompt()) is not None:
                 try:
-                    results[index] = llm.invoke(prompts[index], configs[index], **kwargs)
-                except Exception as exc:
-                    results[index] = exc
-                    if is_setup_error(exc):  # the others would fail the same way
-                        scope.cancel("configuration error")
-                        finished.set()
-                with lock:
-                    left[0] -= 1
-                    if left[0] == 0:
-                        finished.set()
+                    outcome = llm.invoke(prompts[index], configs[index], **kwargs)
+                except BaseException as exc:  # whatever ends a prompt, the round counts it
+                    outcome = exc
+                round_.end(index, outcome)
 
-    for _ in range(_concurrency(config, len(prompts))):
-        context = contextvars.copy_context()
-        threading.Thread(
-            target=context.run, args=(work,), daemon=True, name="hyde-hypotheses"
-        ).start()
-    remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-    if not finished.wait(remaining):
-        return None
-    unsent = GenerationCancelled(f"not generated: {scope.reason}")
-    return [unsent if result is None else result for result in list(results)]
+    try:
+        for _ in range(_concurrency(config, len(prompts))):
+            context = contextvars.copy_context()
+            threading.Thread(
+                target=context.run, args=(work,), daemon=True, name="hyde-hypotheses"
+            ).start()
+        round_.wait(timeout)
+    finally:
+        round_.close()
+    return round_
+
+
+async def _run_as_tasks(
+    llm: BaseLanguageModel,
+    prompts: list[str],
+    config: RunnableConfig | None,
+    timeout: float | None,
+    scope: CancelScope,
+) -> _Round:
+    """Await ``llm`` on each prompt in asyncio tasks, until the round is over.
+
+    The tasks run under ``scope``, in copies of the caller's context; those still
+    running when the round is over are cancelled (a local generation stops, a remote
+    request is dropped).
+    """
+    configs = get_config_list(config, len(prompts))
+    kwargs = _call_kwargs(llm, timeout)
+    round_ = _Round(len(prompts), scope)
+
+    async def work() -> None:
+        while (index := round_.next_prompt()) is not None:
+            try:
+                outcome = await llm.ainvoke(prompts[index], configs[index], **kwargs)
+            except Exception as exc:
+                outcome = exc
+            except BaseException as exc:  # counted, then passed on (a cancelled task)
+                round_.end(index, exc)
+                raise
+            round_.end(index, outcome)
+
+    with cancel_scope(scope):
+        workers = [asyncio.ensure_future(work()) for _ in range(_concurrency(config, len(prompts)))]
+    try:
+        await round_.wait_async(timeout)
+    finally:
+        round_.close()
+        for worker in workers:
+            worker.cancel()
+    return round_
+
+
+def _timed_out(llm: BaseLanguageModel, prompts: list[str], timeout: float | None) -> Hypotheses:
+    reason = f"timeout after {timeout}s"
+    return Hypotheses([], prompts, fallback=_fallback(reason, llm, prompts))
 
 
 def write_hypotheses(
@@ -355,21 +516,17 @@ def write_hypotheses(
     cached = [
         _cached_text(cache.lookup(k, llm_string)) if cache is not None else None for k in keys
     ]
-    todo: list[str] = [p for p, hit in zip(prompts, cached, strict=True) if hit is None]
-    results: list[Any] = []
-    if todo:
-        scope = CancelScope(parent=current_scope())
-        done = _run_in_threads(_uncached(llm), todo, config, timeout, scope)
-        if done is None:
-            scope.cancel(f"timeout after {timeout}s")
-            return Hypotheses(
-                [], prompts, fallback=_fallback(f"timeout after {timeout}s", llm, prompts)
-            )
-        results = done
-        if cache is not None:
-            for key, generations in _to_cache(keys, cached, results):
-                cache.update(key, llm_string, generations)
-    return _assemble(llm, prompts, cached, results, config_errors)
+    todo = [p for p, hit in zip(prompts, cached, strict=True) if hit is None]
+    if not todo:
+        return _assemble(llm, prompts, cached, [], config_errors)
+    scope = CancelScope(parent=current_scope())
+    round_ = _run_in_threads(_uncached(llm), todo, config, timeout, scope)
+    if round_.timed_out:
+        return _timed_out(llm, prompts, timeout)
+    if cache is not None:
+        for key, generations in _to_cache(keys, cached, round_.results):
+            cache.update(key, llm_string, generations)
+    return _assemble(llm, prompts, cached, round_.results, config_errors, round_.cancelled)
 
 
 async def awrite_hypotheses(
@@ -388,25 +545,17 @@ async def awrite_hypotheses(
         _cached_text(await cache.alookup(k, llm_string)) if cache is not None else None
         for k in keys
     ]
-    todo: list[Any] = [p for p, hit in zip(prompts, cached, strict=True) if hit is None]
-    results: list[Any] = []
-    if todo:
-        kwargs = _call_kwargs(llm, timeout)
-        with cancel_scope() as scope:
-            try:
-                results = await asyncio.wait_for(
-                    _uncached(llm).abatch(todo, config, return_exceptions=True, **kwargs),
-                    timeout=timeout,
-                )
-            except TimeoutError:
-                scope.cancel(f"timeout after {timeout}s")
-                return Hypotheses(
-                    [], prompts, fallback=_fallback(f"timeout after {timeout}s", llm, prompts)
-                )
-        if cache is not None:
-            for key, generations in _to_cache(keys, cached, results):
-                await cache.aupdate(key, llm_string, generations)
-    return _assemble(llm, prompts, cached, results, config_errors)
+    todo = [p for p, hit in zip(prompts, cached, strict=True) if hit is None]
+    if not todo:
+        return _assemble(llm, prompts, cached, [], config_errors)
+    scope = CancelScope(parent=current_scope())
+    round_ = await _run_as_tasks(_uncached(llm), todo, config, timeout, scope)
+    if round_.timed_out:
+        return _timed_out(llm, prompts, timeout)
+    if cache is not None:
+        for key, generations in _to_cache(keys, cached, round_.results):
+            await cache.aupdate(key, llm_string, generations)
+    return _assemble(llm, prompts, cached, round_.results, config_errors, round_.cancelled)
 
 
 def _cached_text(generations: Any) -> str | None:

@@ -19,7 +19,7 @@ from langchain_core.tracers.context import collect_runs
 from langchain_core.vectorstores import InMemoryVectorStore
 from pydantic import Field
 
-from hyde_lc.cancellation import GenerationCancelled, current_scope
+from hyde_lc.cancellation import CancelScope, GenerationCancelled, cancel_scope, current_scope
 from hyde_lc.endpoint_errors import ModelConfigurationError
 from hyde_lc.errors import HydeLcError
 from hyde_lc.hypotheses import awrite_hypotheses, write_hypotheses
@@ -99,6 +99,56 @@ class Patient(BaseChatModel):
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content="late"))])
 
 
+class Stalling(BaseChatModel):
+    """Answers its first prompt; later ones run until ``release`` is set (at most a minute).
+
+    They ignore cancellation, as a remote request does; ``dropped`` lists the async calls
+    whose task was cancelled.
+    """
+
+    calls: list[int] = Field(default_factory=list)
+    dropped: list[int] = Field(default_factory=list)
+    stalled: Any = Field(default_factory=threading.Event)
+    release: Any = Field(default_factory=threading.Event)
+
+    @property
+    def _llm_type(self) -> str:
+        return "stalling"
+
+    def _answer(self, index: int) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=f"P{index}."))])
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        index = len(self.calls)
+        self.calls.append(index)
+        if index:
+            self.stalled.set()
+            self.release.wait(60)
+        return self._answer(index)
+
+    async def _agenerate(self, messages, stop=None, run_manager=None, **kwargs):
+        index = len(self.calls)
+        self.calls.append(index)
+        if index:
+            self.stalled.set()
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                self.dropped.append(index)
+                raise
+        return self._answer(index)
+
+
+def _cancel_when_stalled(llm: Stalling, scope: CancelScope) -> None:
+    """From another thread, cancel ``scope`` once ``llm`` is generating its second prompt."""
+
+    def cancel() -> None:
+        if llm.stalled.wait(10):
+            scope.cancel("shutting down")
+
+    threading.Thread(target=cancel, daemon=True).start()
+
+
 def _wait_for(condition, seconds: float = 60.0) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -150,6 +200,91 @@ def test_many_hypotheses_run_with_bounded_concurrency():
 
     out = write_hypotheses(Counting(responses=["x"]), ["q"] * 40, timeout=120)
     assert len(out.texts) == 40 and max(seen) <= 8
+
+
+# -- a cancel of the caller's scope ends the call, keeping what was written ------------
+
+# The pytest timeouts turn a call that never returns into a failure. With ``timeout=5``,
+# a call that waited for the stalled prompt would report a timeout and no passage.
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("timeout", [None, 5])
+def test_a_cancelled_enclosing_scope_ends_the_call_and_keeps_the_passages_written(timeout):
+    llm = Stalling()
+    try:
+        with cancel_scope() as caller:
+            _cancel_when_stalled(llm, caller)
+            out = write_hypotheses(llm, ["q"] * 3, timeout=timeout, config={"max_concurrency": 1})
+    finally:
+        llm.release.set()
+    assert out.texts == ["P0."] and out.fallback is None
+    assert out.failed == 2  # the stalled prompt and the one never sent
+    time.sleep(0.3)
+    assert llm.calls == [0, 1]
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("timeout", [None, 5])
+async def test_async_a_cancelled_enclosing_scope_ends_the_call_and_keeps_the_passages_written(
+    timeout,
+):
+    llm = Stalling()
+    with cancel_scope() as caller:
+        _cancel_when_stalled(llm, caller)
+        out = await awrite_hypotheses(
+            llm, ["q"] * 3, timeout=timeout, config={"max_concurrency": 1}
+        )
+    assert out.texts == ["P0."] and out.fallback is None and out.failed == 2
+    for _ in range(500):
+        if llm.dropped:
+            break
+        await asyncio.sleep(0.01)
+    assert llm.dropped == [1]  # the stalled request was dropped
+    assert llm.calls == [0, 1]
+
+
+@pytest.mark.timeout(10)
+def test_under_a_cancelled_scope_no_prompt_is_sent(caplog):
+    llm = Stalling()
+    try:
+        with cancel_scope() as caller, caplog.at_level(logging.WARNING, logger=LOGGER):
+            caller.cancel("shutting down")
+            out = write_hypotheses(llm, ["q"] * 3)
+    finally:
+        llm.release.set()
+    assert out.texts == [] and out.failed == 3
+    assert out.fallback == "cancelled: shutting down"
+    assert [r.getMessage() for r in caplog.records if r.name == LOGGER] == [
+        "HyDE fell back to the plain query (3 hypotheses for Stalling): cancelled: shutting down"
+    ]
+    time.sleep(0.3)
+    assert llm.calls == []
+
+
+@pytest.mark.timeout(10)
+async def test_async_under_a_cancelled_scope_no_prompt_is_sent():
+    llm = Stalling()
+    with cancel_scope() as caller:
+        caller.cancel("shutting down")
+        out = await awrite_hypotheses(llm, ["q"] * 3)
+    assert out.texts == [] and out.fallback == "cancelled: shutting down"
+    await asyncio.sleep(0.3)
+    assert llm.calls == []
+
+
+def test_a_scope_tells_its_listeners_when_an_enclosing_scope_is_cancelled():
+    outer = CancelScope()
+    inner = CancelScope(parent=outer)
+    heard: list[str] = []
+    inner.on_cancel(lambda: heard.append("inner"))
+    forget = inner.on_cancel(lambda: heard.append("forgotten"))
+    forget()
+    outer.cancel("shutting down")
+    inner.cancel("again")
+    assert heard == ["inner"]
+    inner.on_cancel(lambda: heard.append("late"))  # already cancelled: told at once
+    assert heard == ["inner", "late"]
 
 
 # -- configuration errors raise, transient ones fall back (and are logged) --------------
