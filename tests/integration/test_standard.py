@@ -10,17 +10,23 @@
   lack hyde_lc's ids, where it returns the hits unexpanded with a note (its documented
   fallback).
 
-Real components throughout: the chunks of the bundled lighthouse PDF embedded with the
-local MiniLM ONNX model (the session's sample store, read only; the other stores hold
-copies of its chunks), and the real SmolLM2-135M (llama.cpp) writing hypotheses.
+``langchain_tests.integration_tests.VectorStoreIntegrationTests`` runs on the store
+`open_store` returns (`HydeChroma`), sync and async, ``get_by_ids`` included: a fresh
+folder per test, embedded with the suite's own fake embeddings.
 
-The suite reads the constructor parameters from a *property*, not a fixture, so an
-autouse fixture hands the module's components to the test instance before the suite's
+Real components throughout the retriever suite: the chunks of the bundled lighthouse PDF
+embedded with the local MiniLM ONNX model (the session's sample store, read only; the
+other stores hold copies of its chunks), and the real SmolLM2-135M (llama.cpp) writing
+hypotheses.
+
+The retriever suite reads the constructor parameters from a *property*, not a fixture, so
+an autouse fixture hands the module's components to the test instance before the suite's
 ``retriever`` fixture (or a test building retrievers itself) reads them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -30,9 +36,18 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseLanguageModel
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
-from langchain_tests.integration_tests import RetrieversIntegrationTests
+from langchain_tests.integration_tests import (
+    RetrieversIntegrationTests,
+    VectorStoreIntegrationTests,
+)
 
-from hyde_lc import HyDERetriever, NeighborExpandingRetriever, load_embeddings, load_llm
+from hyde_lc import (
+    HyDERetriever,
+    NeighborExpandingRetriever,
+    load_embeddings,
+    load_llm,
+    open_store,
+)
 from hyde_lc.store import HydeChroma
 
 pytestmark = pytest.mark.integration
@@ -284,3 +299,31 @@ class TestNeighborFallbackStandard(_NeighborStandardTests):
 
     store = "anonymous_store"
     expanded = False
+
+
+class TestHydeChromaVectorStoreStandard(VectorStoreIntegrationTests):
+    """The standard VectorStore suite on `open_store`'s store, as langchain-chroma runs it.
+
+    Each test gets a new folder: `open_store` creates nothing, the suite's first write
+    makes the collection and records the suite's fake embedding model in it. Sync and
+    async methods (LangChain's async defaults run the sync ones in an executor) and
+    ``get_by_ids`` are all supported, and enabled explicitly below.
+    """
+
+    @pytest.fixture
+    def vectorstore(self, tmp_path: Path) -> Iterator[HydeChroma]:
+        store = open_store(tmp_path / "store", embeddings=self.get_embeddings())
+        assert isinstance(store, HydeChroma)
+        yield store
+
+    @property
+    def has_sync(self) -> bool:
+        return True
+
+    @property
+    def has_async(self) -> bool:
+        return True
+
+    @property
+    def has_get_by_ids(self) -> bool:
+        return True
