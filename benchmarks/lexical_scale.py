@@ -3,6 +3,7 @@
 Chunks are SciFact abstracts (title + text, about 1,500 characters), cycled with a
 numbered suffix to reach each size, so term statistics stay realistic. Each size is built
 in a fresh folder with `hyde_lc.lexical.LexicalIndex` exactly as ingestion builds it
+(texts and each chunk's metadata, 15 fields shaped like an ingested chunk's)
 (5,000 chunks per commit), then queried with the 300 SciFact test claims alone and with
 their cached hypothesis (the hybrid default's lexical query: the claim's terms 5 times,
 plus the hypothesis). Memory is the process's peak RSS growth while building.
@@ -37,6 +38,28 @@ def folder_mb(folder: Path) -> float:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
 
 
+def chunk_metadata(i: int) -> dict[str, object]:
+    """Metadata shaped like an ingested chunk's (the index holds it for search filters)."""
+    document, position = divmod(i, 20)
+    return {
+        "source": f"/docs/paper-{document}.pdf",
+        "file_name": f"paper-{document}.pdf",
+        "doc_id": f"{document:020x}",
+        "doc_version": f"{document:032x}",
+        "chunk_index": position,
+        "chunk_count": 20,
+        "page": 1 + position // 3,
+        "page_end": 1 + (position + 1) // 3,
+        "start_index": position * 800,
+        "gap_before": " ",
+        "chunk_size": 1000,
+        "chunk_overlap": 200,
+        "script": "latin",
+        "embedding_model": "local:minilm",
+        "hyde_lc_seq": 1 + document // 50,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("data", type=Path)
@@ -54,13 +77,13 @@ def main() -> None:
         work = Path(tempfile.mkdtemp(prefix="lexical-scale-"))
         rss_before = peak_rss_mb()
         start = time.perf_counter()
-        index = LexicalIndex.open(work / "index")
+        index = LexicalIndex.create(work / "index")
         for begin in range(0, size, BATCH):
             batch = [
-                (f"c{i}", f"{texts[i % len(texts)]} part {i // len(texts)}")
+                (f"c{i}", f"{texts[i % len(texts)]} part {i // len(texts)}", chunk_metadata(i))
                 for i in range(begin, min(size, begin + BATCH))
             ]
-            index.add(batch, source=f"s{begin // BATCH}")
+            index.add(batch)
         build_s = time.perf_counter() - start
         row = {
             "chunks": size,

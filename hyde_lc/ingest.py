@@ -64,7 +64,6 @@ from langchain_core.embeddings import Embeddings
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 from tqdm.auto import tqdm
 
-from hyde_lc import lexical
 from hyde_lc.documents import (
     MAX_FILE_BYTES,
     MIN_PAGE_CHARS,
@@ -82,6 +81,7 @@ from hyde_lc.documents import (
     scan_file,
 )
 from hyde_lc.errors import IngestError
+from hyde_lc.hybrid_collection import HybridCollection, Write
 from hyde_lc.language import english_only_warning, is_english_only_model
 from hyde_lc.models import embedding_model_id
 from hyde_lc.splitting import default_chunk_size, make_splitter
@@ -89,8 +89,6 @@ from hyde_lc.store import (
     DOC_VERSION,
     check_embeddings,
     collection_name,
-    delete_ids,
-    delete_where,
     embedding_dimension,
     ensure_writable,
     has_collection,
@@ -101,9 +99,6 @@ from hyde_lc.store import (
     prepare_write,
     present_ids,
     server_lost_as_error,
-    set_pending,
-    write_lock,
-    write_records,
 )
 from hyde_lc.vectorstore import chunk_id
 
@@ -399,8 +394,8 @@ def ingest_paths(
         "ingest the same files again: chunks already written are kept (nothing is "
         "embedded twice) and the rest are completed, with no duplicate chunks"
     )
-    with server_lost_as_error(store, resume), write_lock(store):
-        written = _write_documents(store, sources, embeddings, settings)
+    with server_lost_as_error(store, resume), HybridCollection.of(store).writing() as write:
+        written = _write_documents(write, sources, embeddings, settings)
     return IngestReport(written + skipped, warnings)
 
 
@@ -505,13 +500,14 @@ def _plan(store: Chroma, source: TextSource, count: int, settings: _Settings) ->
 
 
 def _write_documents(
-    store: Chroma,
+    write: Write,
     sources: list[tuple[TextSource, int]],
     embeddings: Embeddings,
     settings: _Settings,
 ) -> list[FileResult]:
-    """Bring each file's chunks in the collection to its document (under the write lock)."""
-    pending = _prune_pending(store)
+    """Bring each file's chunks in the collection to its document (one `Write`)."""
+    store = write.owner.store
+    pending = _prune_pending(write)
     plans = [_plan(store, source, count, settings) for source, count in sources]
     for plan in plans:
         plan.pending = plan.version in pending
@@ -520,33 +516,26 @@ def _write_documents(
         prepare_write(store, embedding_dimension(embeddings))
     limit = min(settings.max_write or 10**9, max_write(store))
     results: list[FileResult] = []
-    changes = bool(to_embed) or any(plan.stale and plan.count for plan in plans)
-    # The lexical index follows the collection: marked stale for readers while the
-    # write runs, brought up to date for the files written when it ends.
-    ticket = lexical.begin_write(store) if changes else None
     with tqdm(total=to_embed, unit="chunk", desc="embedding", disable=not settings.progress) as bar:
         for plan in plans:
-            result = _write_document(store, plan, embeddings, settings, limit, bar)
+            result = _write_document(write, plan, embeddings, settings, limit, bar)
             results.append(result)
             logger.info("%s %s (%d chunks)", result.status, result.source, result.chunks)
-    if ticket is not None:
-        lexical.finish_write(ticket, [plan.source.source for plan in plans])
-    elif has_collection(store) and (search := lexical.lexical_search_for(store, quiet=True)):
-        search.ensure_current()  # built here the first time (a collection from before it)
     return results
 
 
-def _prune_pending(store: Chroma) -> set[str]:
+def _prune_pending(write: Write) -> set[str]:
     """Drop pending versions with no chunks left (a run killed before its first write)."""
+    store = write.owner.store
     pending = pending_versions(store)
     gone = [v for v in pending if not has_records(store, {DOC_VERSION: v})]
     if gone:
-        set_pending(store, remove=gone)
+        write.set_pending(remove=gone)
     return set(pending) - set(gone)
 
 
 def _write_document(
-    store: Chroma,
+    write: Write,
     plan: _Plan,
     embeddings: Embeddings,
     settings: _Settings,
@@ -574,10 +563,10 @@ def _write_document(
             source.script,
         )
         if plan.count <= limit and not plan.pending:
-            embedded = _write_whole(store, plan, list(chunks), embeddings, settings, bar)
+            embedded = _write_whole(write, plan, list(chunks), embeddings, settings, bar)
         else:
-            embedded = _write_in_parts(store, plan, chunks, embeddings, settings, limit, bar)
-    _retire_old_versions(store, plan, limit)
+            embedded = _write_in_parts(write, plan, chunks, embeddings, settings, limit, bar)
+    _retire_old_versions(write, plan, limit)
     return FileResult(source.source, status, plan.count, source.notes, embedded)
 
 
@@ -591,9 +580,8 @@ def _embed(chunks: list[Chunk], embeddings: Embeddings, batch_size: int, bar: tq
     return np.concatenate(parts)
 
 
-def _write(store: Chroma, chunks: list[Chunk], vectors: np.ndarray) -> None:
-    write_records(
-        store,
+def _write(write: Write, chunks: list[Chunk], vectors: np.ndarray) -> None:
+    write.upsert(
         [c.id for c in chunks],
         vectors,
         [c.metadata for c in chunks],
@@ -602,7 +590,7 @@ def _write(store: Chroma, chunks: list[Chunk], vectors: np.ndarray) -> None:
 
 
 def _write_whole(
-    store: Chroma,
+    write: Write,
     plan: _Plan,
     chunks: list[Chunk],
     embeddings: Embeddings,
@@ -610,12 +598,12 @@ def _write_whole(
     bar: tqdm,
 ) -> int:
     """Write a document that fits one Chroma call: searchable whole or not at all."""
-    present = present_ids(store, [c.id for c in chunks]) if plan.current else set()
+    present = present_ids(write.owner.store, [c.id for c in chunks]) if plan.current else set()
     missing = [c for c in chunks if c.id not in present]
     if not missing:
         return 0
     try:
-        _write(store, missing, _embed(missing, embeddings, settings.batch_size, bar))
+        _write(write, missing, _embed(missing, embeddings, settings.batch_size, bar))
     except IngestError:
         raise
     except Exception as exc:
@@ -628,7 +616,7 @@ def _write_whole(
 
 
 def _write_in_parts(
-    store: Chroma,
+    write: Write,
     plan: _Plan,
     chunks: Iterator[Chunk],
     embeddings: Embeddings,
@@ -642,15 +630,16 @@ def _write_in_parts(
     chunks already in the collection (from an interrupted run) are not embedded again.
     """
     if not plan.pending:
-        set_pending(store, add=[plan.version])
+        write.set_pending(add=[plan.version])
         plan.pending = True
     embedded = 0
+    store = write.owner.store
     try:
         for group in _groups(chunks, limit):
             present = present_ids(store, [c.id for c in group]) if plan.current else set()
             missing = [c for c in group if c.id not in present]
             if missing:
-                _write(store, missing, _embed(missing, embeddings, settings.batch_size, bar))
+                _write(write, missing, _embed(missing, embeddings, settings.batch_size, bar))
                 embedded += len(missing)
     except IngestError:
         raise
@@ -679,24 +668,24 @@ def _groups(chunks: Iterator[Chunk], size: int) -> Iterator[list[Chunk]]:
         yield group
 
 
-def _retire_old_versions(store: Chroma, plan: _Plan, limit: int) -> None:
+def _retire_old_versions(write: Write, plan: _Plan, limit: int) -> None:
     """Make the complete new version the one searched, then delete the other versions.
 
     A pending new version is released and the old versions hidden in one metadata write,
     so searches switch from one whole version to the other.
     """
     if plan.pending:
-        set_pending(store, add=plan.stale_versions, remove=[plan.version])
+        write.set_pending(add=plan.stale_versions, remove=[plan.version])
         plan.pending = False
     if not plan.stale:
         return
     name = plan.source.source
     if plan.stale_versions:
         versions = sorted(plan.stale_versions)
-        delete_where(store, {"$and": [{"source": name}, {DOC_VERSION: {"$in": versions}}]})
+        write.delete_where({"$and": [{"source": name}, {DOC_VERSION: {"$in": versions}}]})
     if plan.stale_doc_ids:
         doc_ids = sorted(plan.stale_doc_ids)
-        delete_where(store, {"$and": [{"source": name}, {"doc_id": {"$in": doc_ids}}]})
-    delete_ids(store, plan.stale_ids, limit)
+        write.delete_where({"$and": [{"source": name}, {"doc_id": {"$in": doc_ids}}]})
+    write.delete(plan.stale_ids, limit)
     if plan.stale_versions:
-        set_pending(store, remove=plan.stale_versions)
+        write.set_pending(remove=plan.stale_versions)

@@ -12,12 +12,12 @@ the vectors and searched by `HyDERetriever` next to them.
   word segmenter would need a dictionary per language.
 * `LexicalIndex` keeps the terms in a tantivy index (Lucene-like, BM25 with k1 1.2 and
   b 0.75) on disk: added and deleted per chunk, committed atomically, read by many
-  processes. Tantivy was chosen over bm25s (no incremental update: a changed file would
-  rebuild the whole index) and SQLite FTS5 (about 50x slower per query) by measurement
-  (``shared/MODELS.md``). The index records which state of the collection it reflects (a
-  *generation* token that writers renew in the collection), so an index that missed a
-  write (a killed process, another client of a Chroma server) is detected and rebuilt
-  from the collection, never silently used.
+  processes, with each chunk's metadata indexed so that a search filter narrows the BM25
+  hits inside the index. Tantivy was chosen over bm25s (no incremental update: a changed
+  file would rebuild the whole index) and SQLite FTS5 (about 50x slower per query) by
+  measurement. A hyde_lc collection's index is kept current at write time by
+  `hyde_lc.hybrid_collection`, which records how far along the collection's change feed
+  it is (its *cursor*).
 * `lexical_query` builds the query: the question's terms weighted ``query_weight`` times
   each, plus the hypotheses' terms (query2doc, Wang et al. 2023), so HyDE feeds both
   sides of a hybrid search.
@@ -40,11 +40,9 @@ import json
 import logging
 import os
 import re
-import shutil
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -73,7 +71,7 @@ _TOKEN = re.compile(rf"[{_CJK}]+|(?:(?![{_CJK}])\w){{2,}}")
 _IS_CJK = re.compile(rf"[{_CJK}]")
 DEFAULT_QUERY_REPEATS = 5
 """The question's weight against one hypothesis in the lexical query (query2doc's 5)."""
-FORMAT = 2
+FORMAT = 3
 """Version of the on-disk layout; another version is rebuilt, never misread."""
 
 
@@ -122,25 +120,58 @@ def lexical_query(
 
 @dataclass(frozen=True)
 class IndexState:
-    """What an index on disk reflects: its layout version and the collection's generation."""
+    """What an index folder reflects: its layout version, and how far along its collection.
+
+    ``cursor`` is the last write of the collection's change feed the index holds
+    (`hyde_lc.collection`); ``chunks`` how many chunks it held when that was recorded.
+    """
 
     format: int
-    generation: str | None
+    cursor: int | None
     chunks: int
+
+
+_META_SEP = "\x1f"
+
+
+def meta_term(key: str, value: Any) -> str | None:
+    """The index term for one metadata value (None: not a value a filter can name).
+
+    Numbers are written alike whatever their type (``3`` and ``3.0`` are one term), as
+    Chroma's filters compare them.
+
+    Example:
+        >>> meta_term("page", 3) == meta_term("page", 3.0)
+        True
+
+    """
+    if isinstance(value, bool):
+        typed = f"b:{value}"
+    elif isinstance(value, int | float):
+        number = float(value)
+        typed = f"n:{int(number)}" if number.is_integer() else f"n:{number!r}"
+    elif isinstance(value, str):
+        typed = f"s:{value}"
+    else:
+        return None
+    return f"{key}{_META_SEP}{typed}"
 
 
 class LexicalIndex:
     """A BM25 index of chunk texts by chunk id, persisted in a folder (or in memory).
 
-    Writes (`add`, `delete`) are committed at once; searches see the last commit. One
-    process writes at a time (tantivy holds a lock file while writing; hyde_lc's writers
-    already take turns per store).
+    Each chunk's scalar metadata is indexed too, so a search filter (`filter_query`)
+    narrows the BM25 hits inside the index. Writes (`add`, `delete`) are committed at
+    once; searches see the last commit. One process writes a folder at a time (tantivy
+    holds a lock file while writing; `hyde_lc.collection` takes turns per folder).
 
     Example:
         >>> index = LexicalIndex.in_memory()
-        >>> index.add([("a", "tide tables"), ("b", "fog horns")])
+        >>> index.add([("a", "tide tables"), ("b", "fog horns", {"file_name": "b.txt"})])
         >>> index.search(lexical_query("fog"), k=5)[0][0]
         'b'
+        >>> index.search(lexical_query("fog"), k=5, where={"file_name": "a.txt"})
+        []
 
     """
 
@@ -155,13 +186,14 @@ class LexicalIndex:
         self.path = path
         builder = tantivy.SchemaBuilder()
         builder.add_text_field("id", stored=True, tokenizer_name="raw", index_option="basic")
-        builder.add_text_field("source", tokenizer_name="raw", index_option="basic")
+        builder.add_text_field("meta", tokenizer_name="raw", index_option="basic")
         builder.add_text_field("terms", tokenizer_name="whitespace", index_option="freq")
         self._schema = builder.build()
         if path is not None:
             path.mkdir(parents=True, exist_ok=True)
         self._index = tantivy.Index(self._schema, path=None if path is None else str(path))
         self._lock = threading.Lock()
+        self._cursor: int | None = None
 
     @classmethod
     def in_memory(cls) -> LexicalIndex:
@@ -170,54 +202,49 @@ class LexicalIndex:
 
     @classmethod
     def open(cls, path: Path) -> LexicalIndex:
-        """Open (or create) the index in ``path``; a folder of another layout is cleared.
+        """Open the index in ``path``, which must hold one of this layout (`read_state`)."""
+        return cls(path)
 
-        Under the folder's lock, and a new index records its layout at once: an index
-        another thread or process has just created (and is filling) is never taken for
-        one of another layout.
-        """
-        with _folder_lock(path):
-            state = read_state(path)
-            fresh = state is None or state.format != FORMAT
-            if fresh and path.exists():
-                shutil.rmtree(path)
-            index = cls(path)
-            if fresh:
-                index.mark(None)  # no generation: stale until built from its collection
+    @classmethod
+    def create(cls, path: Path) -> LexicalIndex:
+        """A new, empty index in ``path`` (a folder that must not exist), recording its layout."""
+        path.mkdir(parents=True)
+        index = cls(path)
+        index.mark(None)
         return index
 
     # -- writing -----------------------------------------------------------------------
 
-    def add(self, chunks: Iterable[tuple[str, str]], source: str | None = None) -> None:
-        """Index ``(chunk id, text)`` pairs (an id indexed before is replaced) and commit.
-
-        ``source`` names the document they belong to (for `delete_source`).
-        """
-        with self._lock:
-            writer = self._writer()
-            for chunk_id, text in chunks:
-                writer.delete_documents_by_term("id", chunk_id)
-                doc = self._tantivy.Document()
-                doc.add_text("id", chunk_id)
-                if source is not None:
-                    doc.add_text("source", source)
-                doc.add_text("terms", " ".join(analyze(text)))
-                writer.add_document(doc)
-            self._commit(writer)
-
-    def delete_source(self, source: str) -> None:
-        """Remove every chunk indexed with ``source`` and commit."""
-        with self._lock:
-            writer = self._writer()
-            writer.delete_documents_by_term("source", source)
-            self._commit(writer)
+    def add(self, chunks: Iterable[tuple[str, str] | tuple[str, str, dict[str, Any]]]) -> None:
+        """Index ``(chunk id, text[, metadata])`` (an id indexed before is replaced), commit."""
+        self.apply(chunks, ())
 
     def delete(self, ids: Iterable[str]) -> None:
         """Remove chunks by id (unknown ids are ignored) and commit."""
+        self.apply((), ids)
+
+    def apply(
+        self,
+        added: Iterable[tuple[str, str] | tuple[str, str, dict[str, Any]]],
+        deleted: Iterable[str],
+    ) -> None:
+        """Remove ``deleted`` ids, then index ``added`` chunks, in one commit."""
         with self._lock:
             writer = self._writer()
-            for chunk_id in ids:
+            for chunk_id in deleted:
                 writer.delete_documents_by_term("id", chunk_id)
+            for chunk in added:
+                chunk_id, text = chunk[0], chunk[1]
+                writer.delete_documents_by_term("id", chunk_id)
+                doc = self._tantivy.Document()
+                doc.add_text("id", chunk_id)
+                metadata = chunk[2] if len(chunk) > 2 else None
+                for key, value in (metadata or {}).items():
+                    term = meta_term(str(key), value)
+                    if term is not None:
+                        doc.add_text("meta", term)
+                doc.add_text("terms", " ".join(analyze(text)))
+                writer.add_document(doc)
             self._commit(writer)
 
     def clear(self) -> None:
@@ -241,30 +268,108 @@ class LexicalIndex:
         self._index.reload()
         return int(self._index.searcher().num_docs)
 
-    def search(self, weights: Counter[str], k: int) -> list[tuple[str, float]]:
+    def search(
+        self,
+        weights: Counter[str],
+        k: int,
+        where: dict[str, Any] | None = None,
+        hide: dict[str, Any] | None = None,
+    ) -> list[tuple[str, float]]:
         """The ``k`` best chunks for weighted terms: ``(chunk id, BM25 score)``, best first.
 
         A term weighted ``w`` counts ``w`` times, as if repeated in the query (Lucene sums
-        the scores of repeated query clauses).
+        the scores of repeated query clauses). ``where`` is a Chroma-style metadata
+        filter (`filter_query`) the chunks must match; ``hide`` one they must not.
+        Neither changes the scores.
         """
         if not weights or k < 1:
             return []
         tantivy = self._tantivy
-        clauses = [
-            (
-                tantivy.Occur.Should,
-                tantivy.Query.boost_query(
-                    tantivy.Query.term_query(self._schema, "terms", term, index_option="freq"),
-                    float(weight),
-                ),
+        terms = tantivy.Query.boolean_query(
+            [
+                (
+                    tantivy.Occur.Should,
+                    tantivy.Query.boost_query(
+                        tantivy.Query.term_query(self._schema, "terms", term, index_option="freq"),
+                        float(weight),
+                    ),
+                )
+                for term, weight in weights.items()
+            ]
+        )
+        clauses = [(tantivy.Occur.Must, terms)]
+        if where:
+            clauses.append(
+                (tantivy.Occur.Must, tantivy.Query.const_score_query(self.filter_query(where), 0.0))
             )
-            for term, weight in weights.items()
-        ]
+        if hide:
+            clauses.append((tantivy.Occur.MustNot, self.filter_query(hide)))
+        query = tantivy.Query.boolean_query(clauses) if len(clauses) > 1 else terms
         searcher = self._index.searcher()
-        result = searcher.search(tantivy.Query.boolean_query(clauses), limit=k, count=False)
+        result = searcher.search(query, limit=k, count=False)
         return [
             (str(searcher.doc(address)["id"][0]), float(score)) for score, address in result.hits
         ]
+
+    def filter_query(self, where: dict[str, Any]) -> Any:
+        """A Chroma ``where`` filter as an index query over the chunks' metadata.
+
+        Supported: ``{key: value}``, ``$eq``, ``$ne``, ``$in``, ``$nin`` on string, number
+        and boolean values, and ``$and`` / ``$or`` of those. Anything else raises
+        `InvalidSettingError` naming what is supported.
+        """
+        tantivy = self._tantivy
+        query, occur = tantivy.Query, tantivy.Occur
+
+        def term(key: str, value: Any) -> Any:
+            token = meta_term(key, value)
+            if token is None:
+                raise _unsupported(where, f"{key}: {value!r} is not a string, number or bool")
+            return query.term_query(self._schema, "meta", token)
+
+        def any_of(key: str, values: Any) -> Any:
+            if not isinstance(values, list | tuple):
+                raise _unsupported(where, f"{key}: $in/$nin take a list")
+            return query.boolean_query([(occur.Should, term(key, v)) for v in values])
+
+        def build(node: Any) -> Any:
+            if not isinstance(node, dict) or not node:
+                raise _unsupported(where, f"{node!r} is not a filter")
+            parts = []
+            for key, value in node.items():
+                if key in ("$and", "$or"):
+                    if not isinstance(value, list) or not value:
+                        raise _unsupported(where, f"{key} takes a non-empty list")
+                    kind = occur.Must if key == "$and" else occur.Should
+                    parts.append(query.boolean_query([(kind, build(v)) for v in value]))
+                elif key.startswith("$"):
+                    raise _unsupported(where, f"operator {key}")
+                elif not isinstance(value, dict):
+                    parts.append(term(key, value))
+                else:
+                    if len(value) != 1:
+                        raise _unsupported(where, f"{key}: one operator per field")
+                    ((op, operand),) = value.items()
+                    if op == "$eq":
+                        parts.append(term(key, operand))
+                    elif op == "$in":
+                        parts.append(any_of(key, operand))
+                    elif op in ("$ne", "$nin"):
+                        negated = term(key, operand) if op == "$ne" else any_of(key, operand)
+                        parts.append(
+                            query.boolean_query(
+                                [(occur.Must, query.all_query()), (occur.MustNot, negated)]
+                            )
+                        )
+                    else:
+                        raise _unsupported(where, f"operator {op}")
+            return (
+                parts[0]
+                if len(parts) == 1
+                else query.boolean_query([(occur.Must, p) for p in parts])
+            )
+
+        return build(where)
 
     def reload(self) -> None:
         """See the last commit (another process's writes included)."""
@@ -273,39 +378,53 @@ class LexicalIndex:
     # -- state -------------------------------------------------------------------------
 
     def state(self) -> IndexState:
-        """The layout version and collection generation recorded with the index."""
+        """The layout version and feed cursor recorded with the index."""
         recorded = read_state(self.path) if self.path is not None else None
-        return IndexState(FORMAT, recorded.generation if recorded else None, len(self))
+        cursor = recorded.cursor if recorded else self._cursor
+        return IndexState(FORMAT, cursor, len(self))
 
-    def mark(self, generation: str | None) -> None:
-        """Record that the index now reflects the collection at ``generation``."""
+    def mark(self, cursor: int | None) -> None:
+        """Record that the index now holds the collection's writes up to ``cursor``."""
+        self._cursor = cursor
         if self.path is None:
-            self._generation = generation
             return
         self._index.reload()
-        payload = {"format": FORMAT, "generation": generation, "chunks": len(self)}
+        payload = {"format": FORMAT, "cursor": cursor, "chunks": len(self)}
         target = self.path / self.STATE_FILE
-        tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+        tmp = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(payload), encoding="utf-8")
         os.replace(tmp, target)
 
-    def generation(self) -> str | None:
-        """The collection generation the index reflects (None: unknown, so stale)."""
+    def cursor(self) -> int | None:
+        """The last feed write the index holds (None: none recorded, so rebuild it)."""
         if self.path is None:
-            return getattr(self, "_generation", None)
+            return self._cursor
         state = read_state(self.path)
-        return state.generation if state else None
+        return state.cursor if state else None
+
+
+def _unsupported(where: Any, what: str) -> InvalidSettingError:
+    return InvalidSettingError(
+        f"the search filter {where!r} cannot narrow the lexical (BM25) hits ({what}): the "
+        "lexical side supports {key: value}, $eq, $ne, $in and $nin on string, number or "
+        "bool metadata, and $and/$or of those. Use such a filter, or search dense only "
+        "with this one (lexical='off')."
+    )
 
 
 def read_state(path: Path | None) -> IndexState | None:
-    """The state file of an index folder, or None if missing or unreadable."""
+    """The state file of an index folder, or None if missing, unreadable or of another layout."""
     if path is None:
         return None
     try:
         raw = json.loads((path / LexicalIndex.STATE_FILE).read_text(encoding="utf-8"))
-        return IndexState(int(raw["format"]), raw.get("generation"), int(raw.get("chunks", 0)))
-    except (OSError, ValueError, KeyError, TypeError):
+        cursor = raw.get("cursor")
+        state = IndexState(
+            int(raw["format"]), None if cursor is None else int(cursor), int(raw.get("chunks", 0))
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+    return state if state.format == FORMAT else None
 
 
 # -- the lexical side of a hybrid search ---------------------------------------------------
@@ -317,7 +436,7 @@ class LexicalSearch:
     `from_documents` indexes chunks you have in hand (any store, in memory);
     `from_store` indexes what a store holds (Chroma or ``InMemoryVectorStore``). A
     collection ingested by hyde_lc brings its own persistent index
-    (`CollectionLexicalSearch`, found by `lexical_search_for`).
+    (`hyde_lc.collection.CollectionLexicalSearch`, found by `lexical_search_for`).
 
     Example:
         >>> from langchain_core.documents import Document
@@ -346,7 +465,7 @@ class LexicalSearch:
                     "LexicalSearch.from_documents needs each Document's id (the id it has in "
                     "the vector store), to fuse lexical and dense hits"
                 )
-            chunks.append((str(doc.id), doc.page_content))
+            chunks.append((str(doc.id), doc.page_content, dict(doc.metadata or {})))
         index.add(chunks)
         return cls(vectorstore, index)
 
@@ -380,9 +499,16 @@ class LexicalSearch:
         )
 
     def search(self, weights: Counter[str], k: int, where: Any = None) -> list[tuple[str, float]]:
-        """The ``k`` best chunks ``(id, BM25 score)`` that match the search filter ``where``."""
+        """The ``k`` best chunks ``(id, BM25 score)`` that match the search filter ``where``.
+
+        A dict filter (Chroma's syntax, `LexicalIndex.filter_query`) is applied inside the
+        index; a callable (``Document -> bool``, as ``InMemoryVectorStore`` takes) to the
+        hits, read from the store.
+        """
+        if not callable(where):
+            return self.index.search(weights, k, where=where or None)
         hits = self.index.search(weights, k)
-        if where is None or not hits:
+        if not hits:
             return hits
         from hyde_lc.vectorstore import documents_by_id
 
@@ -398,151 +524,10 @@ class LexicalSearch:
         return documents_by_id(self.vectorstore, ids)
 
 
-class CollectionLexicalSearch(LexicalSearch):
-    """The persistent lexical index of a hyde_lc collection, kept in step with it.
-
-    Before each search it compares the collection's *state* (a generation token that
-    hyde_lc writers renew before and after every write, and the count of searchable
-    chunks) with the state the index was built at. On any difference it rebuilds the
-    index from the collection first, so a stale index is never searched: a write it
-    missed (a killed process, another process, another client of a Chroma server) is
-    caught. While a write is under way the index is searched as it is; the writer
-    brings it up to date when it ends (`begin_write`, `finish_write`).
-
-    Example:
-        >>> from hyde_lc import open_store
-        >>> search = lexical_search_for(open_store())  # doctest: +SKIP
-        >>> search.search(lexical_query("Fresnel"), k=3)  # doctest: +SKIP
-
-    """
-
-    def __init__(self, vectorstore: Any, folder: Path) -> None:
-        super().__init__(vectorstore, LexicalIndex.open(folder))
-        self.folder = folder
-        self._lock = threading.Lock()
-
-    def search(self, weights: Counter[str], k: int, where: Any = None) -> list[tuple[str, float]]:
-        """As `LexicalSearch.search`, after bringing the index up to date if needed."""
-        self.ensure_current()
-        return super().search(weights, k, where)
-
-    def ensure_current(self) -> bool:
-        """Rebuild the index if it does not reflect the collection; True if it rebuilt."""
-        from hyde_lc import store
-
-        state = store.collection_state(self.vectorstore)
-        if self.matches(state):
-            return False
-        if store.write_under_way(self.vectorstore, state[0]) and read_state(self.folder):
-            return False  # the writer updates the index when it is done
-        with self._lock, _folder_lock(self.folder):
-            self.index.reload()
-            state = store.collection_state(self.vectorstore)
-            if self.matches(state):  # another thread or process rebuilt it meanwhile
-                return False
-            self.rebuild(state)
-        return True
-
-    def matches(self, state: tuple[str | None, int]) -> bool:
-        """Whether the index was built at ``state`` (and still holds that many chunks)."""
-        generation, count = state
-        recorded = read_state(self.folder)
-        return (
-            recorded is not None
-            and recorded.format == FORMAT
-            and recorded.generation == generation
-            and recorded.chunks == count
-            and len(self.index) == count
-        )
-
-    def rebuild(self, state: tuple[str | None, int] | None = None) -> None:
-        """Index every searchable chunk of the collection afresh, then record ``state``."""
-        from hyde_lc import store
-
-        state = state or store.collection_state(self.vectorstore)
-        logger.info("building the lexical index %s from its collection", self.folder)
-        self.index.clear()
-        by_source: dict[str, list[tuple[str, str]]] = {}
-        for doc in store.iter_chunks(self.vectorstore):
-            source = str(doc.metadata.get("source", ""))
-            by_source.setdefault(source, []).append((str(doc.id), doc.page_content))
-            if len(by_source[source]) >= 5000:
-                self.index.add(by_source.pop(source), source)
-        for source, chunks in by_source.items():
-            self.index.add(chunks, source)
-        self.index.mark(state[0])
-
-    def refresh_sources(self, sources: Iterable[str]) -> None:
-        """Re-index these documents' searchable chunks (after a write changed them)."""
-        from hyde_lc import store
-
-        for source in sources:
-            self.index.delete_source(source)
-            # Streamed page by page: a large document's text is never held whole.
-            chunks = (
-                (str(d.id), d.page_content)
-                for d in store.iter_chunks(self.vectorstore, {"source": source})
-            )
-            self.index.add(chunks, source)
-
-
-@dataclass
-class WriteTicket:
-    """What `begin_write` saw, for `finish_write`."""
-
-    vectorstore: Any
-    search: CollectionLexicalSearch | None
-    current: bool
-    """Whether the index reflected the collection when the write began."""
-
-
-def begin_write(vectorstore: Any) -> WriteTicket:
-    """Mark a write to a hyde_lc collection as under way (call holding the write lock).
-
-    The collection's generation becomes a *writing* token: readers keep searching the
-    index they have while the write is under way, and `finish_write` brings it up to
-    date. The index is not marked with that token: if the writer fails or is killed
-    before `finish_write`, the index no longer matches the collection and the next
-    reader rebuilds it (searches may already see part of the write).
-    """
-    from hyde_lc import store
-
-    search = lexical_search_for(vectorstore, quiet=True)
-    before = store.collection_state(vectorstore)
-    current = search is not None and search.matches(before)
-    store.renew_generation(vectorstore, writing=True)
-    if search is None:
-        search = lexical_search_for(vectorstore, quiet=True)  # the write created the collection
-        current = search is not None and before == (None, 0) and len(search.index) == 0
-    return WriteTicket(vectorstore, search, current)
-
-
-def finish_write(ticket: WriteTicket, sources: Iterable[str]) -> None:
-    """End a write: bring the index up to date and renew the generation.
-
-    Only the written ``sources`` are re-indexed when the index was current when the
-    write began; otherwise it is rebuilt whole.
-    """
-    from hyde_lc import store
-
-    search = ticket.search
-    if search is None:
-        store.renew_generation(ticket.vectorstore, writing=False)
-        return
-    with search._lock, _folder_lock(search.folder):
-        if ticket.current:
-            search.refresh_sources(sources)
-        generation = store.renew_generation(search.vectorstore, writing=False)
-        if ticket.current:
-            search.index.mark(generation)
-        else:
-            search.rebuild(store.collection_state(search.vectorstore))
-
-
 _WARNED: set[str] = set()
 
 
-def lexical_search_for(vectorstore: Any, *, quiet: bool = False) -> CollectionLexicalSearch | None:
+def lexical_search_for(vectorstore: Any, *, quiet: bool = False) -> LexicalSearch | None:
     """The lexical side a store brings: a hyde_lc collection's index, else None.
 
     None is logged once per kind of store (``hyde_lc.lexical`` logger) unless ``quiet``:
@@ -553,9 +538,10 @@ def lexical_search_for(vectorstore: Any, *, quiet: bool = False) -> CollectionLe
     if is_chroma(vectorstore):
         from hyde_lc import store
 
-        folder = store.lexical_folder(vectorstore)
-        if folder is not None:
-            return CollectionLexicalSearch(vectorstore, folder)
+        if store.lexical_folder(vectorstore) is not None:
+            from hyde_lc.hybrid_collection import CollectionLexicalSearch
+
+            return CollectionLexicalSearch(vectorstore)
     kind = type(vectorstore).__name__
     if not quiet and kind not in _WARNED:
         _WARNED.add(kind)
@@ -566,22 +552,3 @@ def lexical_search_for(vectorstore: Any, *, quiet: bool = False) -> CollectionLe
             kind,
         )
     return None
-
-
-@contextmanager
-def _folder_lock(folder: Path) -> Iterator[None]:
-    """One writer of an index folder at a time, across processes (released if killed)."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows: tantivy's own writer lock only
-        yield
-        return
-    # The lock file sits beside the folder: only the parent must exist. Creating the
-    # folder here, outside the lock, raced with `LexicalIndex.open` clearing it inside.
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with (folder.parent / f"{folder.name}.lock").open("a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)

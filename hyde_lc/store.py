@@ -37,6 +37,7 @@ import os
 import re
 import shutil
 import tempfile
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -59,12 +60,8 @@ from hyde_lc.errors import (
     StoreError,
     StoreUnavailableError,
 )
+from hyde_lc.locks import file_lock
 from hyde_lc.models import EMBEDDINGS_ENV, embedding_model_id
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: no advisory file locks
-    fcntl = None  # type: ignore[assignment]
 
 logger = logging.getLogger(__name__)
 
@@ -75,9 +72,11 @@ META_DIMENSION = "hyde_lc_embedding_dimension"
 META_PENDING = "hyde_lc_pending"
 """Collection metadata: the document versions being written or removed, comma-separated.
 Searches leave their chunks out."""
-META_GENERATION = "hyde_lc_generation"
-"""Collection metadata: a token hyde_lc writers renew before and after every write, so a
-lexical index can tell whether it reflects the collection (`collection_state`)."""
+META_HEAD = "hyde_lc_head"
+"""Collection metadata: the sequence number of the last finished write (the change feed's
+head, `hyde_lc.hybrid_collection`)."""
+SEQ = "hyde_lc_seq"
+"""Chunk metadata: the sequence number of the write that wrote the chunk."""
 DOC_VERSION = "doc_version"
 """Chunk metadata: which version of a document (file, content, chunking) a chunk is of."""
 DEFAULT_TIMEOUT_S = 30.0
@@ -489,8 +488,8 @@ class HydeChroma(Chroma):
         """LangChain's ``get``, without chunks of pending versions."""
         return super().get(ids, visible_where(self, where), limit, offset, where_document, include)
 
-    # LangChain's writes renew the generation (even when they fail part-way), so the
-    # lexical index sees them although they may leave the chunk count as it was.
+    # LangChain's writes go through the hybrid collection's one write path: stamped in the
+    # change feed, indexed lexically at once, under the collection's lock.
 
     def add_texts(
         self,
@@ -499,30 +498,68 @@ class HydeChroma(Chroma):
         ids: list[str] | None = None,
         **kwargs: Any,
     ) -> list[str]:
-        """LangChain's ``add_texts``; the first write creates the collection (model recorded)."""
-        prepare_write(self)
-        try:
-            return super().add_texts(texts, metadatas, ids, **kwargs)
-        finally:
-            self._written()
+        """LangChain's ``add_texts``; the first write creates the collection (model recorded).
+
+        Texts without an id get a new UUID; an id written before is replaced.
+        """
+        texts = list(texts)
+        given = list(ids) if ids is not None else []
+        if ids is not None and len(given) != len(texts):
+            raise StoreError(f"add_texts got {len(texts)} texts and {len(given)} ids")
+        ids = [str(i) if i is not None else str(uuid.uuid4()) for i in given] or [
+            str(uuid.uuid4()) for _ in texts
+        ]
+        metas = list(metadatas or [])
+        metas += [{}] * (len(texts) - len(metas))
+        if not texts:
+            return []
+        assert self.embeddings is not None
+        vectors = self.embeddings.embed_documents(texts)
+        self._write("upsert", ids, vectors, metas, texts)
+        return ids
 
     def update_documents(self, ids: list[str], documents: list[Document]) -> None:
-        """LangChain's ``update_documents``."""
-        try:
-            super().update_documents(ids, documents)
-        finally:
-            self._written()
+        """LangChain's ``update_documents``: new texts, metadata and vectors for these ids."""
+        if len(ids) != len(documents):
+            raise StoreError(f"update_documents got {len(ids)} ids and {len(documents)} documents")
+        if not ids:
+            return
+        assert self.embeddings is not None
+        texts = [d.page_content for d in documents]
+        vectors = self.embeddings.embed_documents(texts)
+        self._write("update", ids, vectors, [dict(d.metadata or {}) for d in documents], texts)
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> None:
-        """LangChain's ``delete``."""
-        try:
-            super().delete(ids, **kwargs)
-        finally:
-            self._written()
+        """LangChain's ``delete``: by ``ids``, or by ``where=...`` (Chroma's filter)."""
+        if self.existing_collection() is None:
+            return
+        from hyde_lc.hybrid_collection import HybridCollection
 
-    def _written(self) -> None:
-        if self.existing_collection() is not None:
-            renew_generation(self, writing=False)
+        where = kwargs.get("where")
+        with HybridCollection.of(self).writing() as write:
+            if ids:
+                write.delete([str(i) for i in ids])
+            if where:
+                write.delete_where(where)
+
+    def _write(self, how: str, ids: list[str], vectors: Any, metas: list, texts: list) -> None:
+        from hyde_lc.hybrid_collection import HybridCollection
+
+        batch = max_write(self)
+        with HybridCollection.of(self).writing() as write:
+            step = getattr(write, how)
+            for start in range(0, len(ids), batch):
+                end = start + batch
+                try:
+                    step(ids[start:end], vectors[start:end], metas[start:end], texts[start:end])
+                except ValueError as exc:
+                    if "metadata" in str(exc).lower():
+                        raise ValueError(
+                            f"{exc}\n\nChroma stores str, int, float and bool metadata values: "
+                            "filter complex metadata from the documents (langchain_community."
+                            "vectorstores.utils.filter_complex_metadata)."
+                        ) from exc
+                    raise
 
 
 class _UnbornCollection:
@@ -580,6 +617,16 @@ def _store_collection(store: Chroma) -> Any:
     return store._collection
 
 
+def existing_collection(store: Chroma) -> Any:
+    """The chromadb collection behind ``store``, or None if it does not exist yet."""
+    return _store_collection(store)
+
+
+def client_of(store: Chroma) -> Any:
+    """The chromadb client behind ``store``."""
+    return store._client
+
+
 def collection_name(store: Chroma) -> str | None:
     """The name of ``store``'s collection (None if the store does not say)."""
     location = getattr(store, "location", None)
@@ -613,10 +660,11 @@ def fresh_metadata(store: Chroma) -> dict[str, Any]:
 
 def pending_versions(store: Chroma) -> list[str]:
     """The document versions being written or removed: searches leave them out."""
-    return _pending_in(fresh_metadata(store))
+    return pending_in(fresh_metadata(store))
 
 
-def _pending_in(metadata: dict[str, Any]) -> list[str]:
+def pending_in(metadata: dict[str, Any]) -> list[str]:
+    """The pending versions listed in collection metadata."""
     raw = metadata.get(META_PENDING) or ""
     return [version for version in str(raw).split(",") if version]
 
@@ -652,7 +700,9 @@ _POST_FILTER_LIMIT = 2048
 """Most results asked for when searching around pending chunks before filtering instead."""
 
 
-def query_visible(store: Chroma, n_results: int, **query: Any) -> Any:
+def query_visible(
+    store: Chroma, n_results: int, pending: Iterable[str] | None = None, **query: Any
+) -> Any:
     """``collection.query(n_results=..., **query)`` without chunks of pending versions.
 
     Nothing pending: the query as given (plus one metadata read). Otherwise, with no
@@ -660,10 +710,11 @@ def query_visible(store: Chroma, n_results: int, **query: Any) -> Any:
     metadata filter (``$nin``) makes embedded Chroma 1.5 scan its metadata on every
     query (390 ms at 50,000 chunks, against 2 ms for 40 unfiltered results). Where
     pending chunks crowd the neighbourhood past `_POST_FILTER_LIMIT` results, or the
-    caller filters anyway, the filter is used.
+    caller filters anyway, the filter is used. ``pending`` is the list of pending
+    versions when the caller has it (else it is read fresh).
     """
     collection = store._collection
-    pending = set(pending_versions(store))
+    pending = set(pending_versions(store) if pending is None else pending)
     if not pending:
         return collection.query(n_results=n_results, **query)
     queries = query.get("query_embeddings") or query.get("query_texts") or []
@@ -703,6 +754,21 @@ def _rows(got: Any, rows: list[int], include: list[str]) -> dict[str, Any]:
     return out
 
 
+def set_head(store: Chroma, seq: int) -> None:
+    """Record ``seq`` as the last finished write (one metadata write; under the write lock)."""
+    set_metadata_value(store, META_HEAD, seq)
+
+
+def set_metadata_value(store: Chroma, key: str, value: Any) -> None:
+    """Set one value of the collection's metadata (one read, one write; under the lock)."""
+    collection = prepare_write(store)
+    metadata = fresh_metadata(store)
+    if metadata.get(key) == value:
+        return
+    metadata[key] = value
+    _write_metadata(collection, metadata)
+
+
 def set_pending(store: Chroma, add: Iterable[str] = (), remove: Iterable[str] = ()) -> list[str]:
     """Change the pending versions in one metadata write (atomic); returns the new list.
 
@@ -712,7 +778,7 @@ def set_pending(store: Chroma, add: Iterable[str] = (), remove: Iterable[str] = 
     """
     collection = prepare_write(store)
     metadata = fresh_metadata(store)
-    before = _pending_in(metadata)
+    before = pending_in(metadata)
     after = sorted((set(before) | set(add)) - set(remove))
     if after == sorted(before):
         return after
@@ -761,7 +827,15 @@ def vector_hits(
     the caller's filter only: `query_visible` leaves pending versions out for any store.
     """
     extra: dict[str, Any] = {"where": where} if where else {}
-    got = query_visible(store, k, query_embeddings=[vector], include=["distances"], **extra)
+    pending = None
+    collection = _store_collection(store)
+    if collection is not None and META_MODEL in (collection.metadata or {}):
+        from hyde_lc.hybrid_collection import HybridCollection
+
+        pending = HybridCollection.of(store).snapshot().pending  # refreshed at most once a second
+    got = query_visible(
+        store, k, pending, query_embeddings=[vector], include=["distances"], **extra
+    )
     to_relevance = store._select_relevance_score_fn()
     ids, distances = got["ids"][0], got["distances"][0]
     return [(str(i), float(to_relevance(d))) for i, d in zip(ids, distances, strict=True)]
@@ -1061,7 +1135,7 @@ def collection_info(store: Chroma) -> dict[str, Any]:
 
     """
     metadata = fresh_metadata(store)
-    pending = _pending_in(metadata)
+    pending = pending_in(metadata)
     documents: dict[str, dict[str, Any]] = {}
     scripts: dict[str, int] = {}
     visible = 0
@@ -1133,36 +1207,6 @@ def present_ids(store: Chroma, ids: Sequence[str]) -> set[str]:
     if collection is None or not ids:
         return set()
     return set(collection.get(ids=list(ids), include=[])["ids"])
-
-
-def write_records(
-    store: Chroma,
-    ids: Sequence[str],
-    vectors: Any,
-    metadatas: Sequence[dict[str, Any]],
-    documents: Sequence[str],
-) -> None:
-    """Upsert records in one Chroma call (one transaction): all are written or none."""
-    collection = prepare_write(store)
-    collection.upsert(
-        ids=list(ids), embeddings=vectors, metadatas=list(metadatas), documents=list(documents)
-    )
-
-
-def delete_where(store: Chroma, where: dict) -> None:
-    """Delete every record matching ``where`` in one Chroma call."""
-    collection = _store_collection(store)
-    if collection is not None:
-        collection.delete(where=where)
-
-
-def delete_ids(store: Chroma, ids: Sequence[str], batch: int) -> None:
-    """Delete records by id, ``batch`` per call."""
-    collection = _store_collection(store)
-    if collection is None:
-        return
-    for start in range(0, len(ids), batch):
-        collection.delete(ids=list(ids[start : start + batch]))
 
 
 # -- servers ------------------------------------------------------------------------------
@@ -1304,28 +1348,14 @@ def write_lock(store: Chroma) -> Iterator[None]:
     orders concurrent writes itself: no lock there.
     """
     folder = store_folder(store)
-    if folder is None or fcntl is None:
+    if folder is None:
         yield
         return
     ensure_writable(store)
     folder.mkdir(parents=True, exist_ok=True)
-    with (folder / LOCK_FILE).open("a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            logger.warning("%s is being written by %s; waiting for it to finish", folder, holder)
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            handle.seek(0)
-            handle.truncate()
-            handle.write(f"process {os.getpid()}\n")
-            handle.flush()
-            refresh_store(store)
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with file_lock(folder / LOCK_FILE, waiting_note=f"{folder} is being written"):
+        refresh_store(store)
+        yield
 
 
 # -- what the lexical index and neighbour expansion read ----------------------------------
@@ -1342,67 +1372,6 @@ def visible_count(store: Chroma) -> int:
         return total
     hidden = collection.get(where={DOC_VERSION: {"$in": pending}}, include=[])["ids"]
     return total - len(hidden)
-
-
-def collection_state(store: Chroma) -> tuple[str | None, int]:
-    """``(generation, visible chunks)``: what a lexical index must match to be current."""
-    generation = fresh_metadata(store).get(META_GENERATION)
-    return (None if generation is None else str(generation)), visible_count(store)
-
-
-WRITING = "w:"
-"""Prefix of the generation token while a write is under way (``w:<unix time>:<uuid>``)."""
-
-
-def renew_generation(store: Chroma, *, writing: bool) -> str:
-    """Give the collection a new generation token (one metadata write); returns it.
-
-    Writers call it with ``writing=True`` before a write and ``writing=False`` after it
-    (holding `write_lock`), so a lexical index built at any other moment no longer
-    matches and is rebuilt before it is used; while a write is under way, readers keep
-    the index they have (`write_under_way`).
-    """
-    import time
-    import uuid
-
-    token = uuid.uuid4().hex
-    if writing:
-        token = f"{WRITING}{int(time.time())}:{token}"
-    collection = prepare_write(store)
-    metadata = fresh_metadata(store)
-    metadata[META_GENERATION] = token
-    _write_metadata(collection, metadata)
-    return token
-
-
-def write_under_way(store: Chroma, generation: str | None, stale_after: float = 1800) -> bool:
-    """Whether ``generation`` marks a write that is still going on.
-
-    In an embedded store the writer holds `write_lock`: the lock tells (a killed writer
-    released it). A Chroma server has no such lock: a write marked less than
-    ``stale_after`` seconds ago counts as going on.
-    """
-    import time
-
-    if not generation or not generation.startswith(WRITING):
-        return False
-    folder = store_folder(store)
-    if folder is not None and fcntl is not None:
-        lock = folder / LOCK_FILE
-        if not lock.exists():
-            return False
-        with lock.open("r") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            fcntl.flock(handle, fcntl.LOCK_UN)
-            return False
-    try:
-        started = int(generation[len(WRITING) :].split(":", 1)[0])
-    except ValueError:
-        return False
-    return time.time() - started < stale_after
 
 
 def iter_chunks(store: Chroma, where: dict | None = None) -> Iterator[Document]:

@@ -88,17 +88,12 @@ def make_pdf(path: Path, pages: list[str]) -> Path:
     return path
 
 
-GENERATION = "hyde_lc_generation"
-"""The collection setting every write attempt renews (`hyde_lc.store.renew_generation`)."""
-
-
 def tree_digest(folder: Path, *, skip: tuple[str, ...] = ()) -> str:
     """Digest of a collection's logical content: ids, texts, metadata, vectors, settings.
 
     Not of the files' bytes: Chroma rewrites its sqlite file and HNSW headers on every
     open, even a read-only one, so bytes change although nothing stored did. ``skip``
-    names collection settings left out, e.g. ``GENERATION`` for a write that was tried,
-    failed and undone (it renews the token, and nothing else).
+    names collection settings left out.
     """
     import chromadb
     from chromadb.config import Settings

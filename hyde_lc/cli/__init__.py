@@ -56,6 +56,7 @@ environment:
   HYDE_LC_EMBEDDINGS, HYDE_LC_HYPOTHESIS_LLM, HYDE_LC_ANSWER_LLM   model specs
        (with a hypothesis model set, ask and evaluate use HyDE unless --mode standard)
   HYDE_LC_REQUEST_TIMEOUT, HYDE_LC_CHROMA_TIMEOUT   seconds per remote request
+  HYDE_LC_REFRESH_INTERVAL   seconds a search may reuse the collection's state (1)
   HYDE_LC_N_CTX, HYDE_LC_THREADS   local models: context window, CPU threads
   HYDE_LC_CACHE_DIR, HYDE_LC_PRICING, HYDE_LC_DEBUG   (see the README)
 """

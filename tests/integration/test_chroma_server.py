@@ -30,6 +30,7 @@ from hyde_lc import (
 )
 from hyde_lc.errors import StoreError, StoreUnavailableError
 from hyde_lc.evaluation import read_records
+from hyde_lc.store import SEQ
 from tests.fakes import ROOT, SAMPLE_PDF, FakeEmbeddings
 from tests.integration.corpus import CHUNK_OVERLAP, CHUNK_SIZE, half_written, write_corpus
 
@@ -232,8 +233,13 @@ def _contents(url: str) -> dict[str, tuple[str, dict]]:
     got = open_store(url=url, embeddings=FakeEmbeddings(size=32))._collection.get(
         include=["documents", "metadatas"]
     )
+    return _by_id(got)
+
+
+def _by_id(got: dict) -> dict[str, tuple[str, dict]]:
+    """Each chunk's text and metadata, without the number of the write that wrote it."""
     return {
-        id_: (text, dict(meta))
+        id_: (text, {k: v for k, v in meta.items() if k != SEQ})
         for id_, text, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True)
     }
 
@@ -269,11 +275,7 @@ def test_ingest_stops_when_the_server_goes_away_and_a_rerun_completes(own_server
         server.stop()
     reference = open_store(tmp_path / "reference", embeddings=FakeEmbeddings(size=32))
     ingest_paths(paths, reference, **options)
-    got = reference._collection.get(include=["documents", "metadatas"])
-    expected = {
-        id_: (text, dict(meta))
-        for id_, text, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True)
-    }
+    expected = _by_id(reference._collection.get(include=["documents", "metadatas"]))
     assert half_written(items) == []
     assert items == expected  # every chunk of every file, once
 
@@ -308,3 +310,19 @@ def test_ask_names_a_server_lost_mid_question(own_server, embeddings, monkeypatc
     err = capsys.readouterr().err
     assert code == 2, err
     assert f"lost the Chroma server at {own_server.url}" in err and "then ask again" in err
+
+
+def test_a_warm_hybrid_query_through_a_server_makes_two_requests(
+    sample_on_server, embeddings, monkeypatch
+):
+    from tests.unit.test_hybrid import CallCounter
+
+    monkeypatch.setenv("HYDE_LC_REFRESH_INTERVAL", "60")
+    counter = CallCounter(monkeypatch)
+    store = open_store(url=sample_on_server, collection="sample", embeddings=embeddings)
+    retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, k=3)
+    retriever.invoke("Who designed the Pharos of Alexandria?")  # warm: the state is read
+    counter.active = True
+    docs = retriever.invoke("How did the Fresnel lens change lighthouses?")
+    assert len(docs) == 3 and any("lexical" in d.metadata["found_by"] for d in docs)
+    assert sorted(counter.calls) == ["get", "query"]

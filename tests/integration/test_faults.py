@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from hyde_lc.store import SEQ
 from tests.fakes import ROOT
 from tests.integration.corpus import (
     CHUNK_OVERLAP,
@@ -91,10 +92,10 @@ def collection(store: Path):
 
 
 def contents(store: Path) -> Items:
-    """id -> (text, metadata) of the whole collection."""
+    """id -> (text, metadata) of the whole collection (without the writes' numbers)."""
     got = collection(store).get(include=["documents", "metadatas"])
     return {
-        id_: (text, dict(meta))
+        id_: (text, {k: v for k, v in meta.items() if k != SEQ})
         for id_, text, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True)
     }
 

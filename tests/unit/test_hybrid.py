@@ -12,10 +12,11 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore
 
+from hyde_lc.hybrid_collection import HybridCollection
 from hyde_lc.ingest import ingest_paths
 from hyde_lc.lexical import LexicalSearch, lexical_query, lexical_search_for
 from hyde_lc.retriever import HyDERetriever
-from hyde_lc.store import WRITING, collection_state, lexical_folder, open_store
+from hyde_lc.store import META_HEAD, SEQ, fresh_metadata, lexical_folder, open_store
 from tests.fakes import FakeEmbeddings, ScriptedChat, long_text
 
 TEXTS = {
@@ -89,18 +90,26 @@ def test_reingesting_a_changed_file_updates_the_index(store, folder):
     ingest_paths([folder], store, progress=False)
     retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, k=1)
     assert names(retriever.invoke("diaphragm emitters")) == ["fog.txt"]
+    assert_current(store)  # ingest left it current
     search = lexical_search_for(store)
-    assert search is not None and not search.ensure_current()  # ingest left it current
-    assert [i for i, _ in search.search(search_terms("bells guns"), k=5)] == []
+    assert search is not None
+    assert [i for i, _ in search.search(lexical_query("bells guns"), k=5)] == []
 
 
-def search_terms(text):
-    return lexical_query(text)
+def head(store) -> int:
+    return int(fresh_metadata(store).get(META_HEAD) or 0)
+
+
+def assert_current(store) -> None:
+    """The index holds the collection's last write and every chunk, without a catch-up."""
+    hybrid = HybridCollection.of(store)
+    index = hybrid._open_index()
+    assert index is not None and index.cursor() == head(store)
+    assert len(index) == store._collection.count()
 
 
 def test_a_write_the_index_missed_is_caught_and_rebuilt(store, fake_embeddings):
-    search = lexical_search_for(store)
-    assert search is not None and not search.ensure_current()
+    assert_current(store)
     # Another program writes to the collection directly: the count changes.
     raw = chromadb.PersistentClient(path=str(store.location.path)).get_collection("hyde_lc")
     raw.add(
@@ -114,16 +123,46 @@ def test_a_write_the_index_missed_is_caught_and_rebuilt(store, fake_embeddings):
     assert [d.id for d in retriever.invoke("tenders carried supplies")] == ["outsider"]
 
 
-def test_a_writer_killed_mid_write_leaves_a_mark_that_forces_a_rebuild(store, fake_embeddings):
-    from hyde_lc.store import renew_generation
+def test_a_write_killed_after_its_records_is_rolled_forward_and_indexed(store, fake_embeddings):
+    # A writer wrote a chunk (stamped past the head) and was killed before the head moved.
+    before = head(store)
+    raw = chromadb.PersistentClient(path=str(store.location.path)).get_collection("hyde_lc")
+    raw.add(
+        ids=["orphan"],
+        documents=["Lightships anchored where no tower could stand."],
+        embeddings=[fake_embeddings.embed_query("x")],
+        metadatas=[{"source": "orphan", "file_name": "orphan", SEQ: before + 1}],
+    )
+    # Until a write finishes, searches do not return it (its write is not complete).
+    assert lexically_found(store, "lightships anchored") == set()
+    # The next write rolls it forward: the head passes it, and the index holds it.
+    store.add_texts(["Tenders carried oil to the lights."], [{"file_name": "t"}], ids=["tender"])
+    assert head(store) == before + 2
+    assert lexically_found(store, "lightships anchored") == {"orphan"}
+    assert_current(store)
 
-    search = lexical_search_for(store)
-    assert search is not None
-    search.ensure_current()
-    renew_generation(store, writing=True)  # a writer began... and died (no lock is held)
-    generation, _ = collection_state(store)
-    assert generation.startswith(WRITING)
-    assert search.ensure_current()  # rebuilt, not trusted
+
+def test_deletions_logged_by_a_killed_writer_are_finished_by_the_next(store):
+    (keeper,) = store.get(where={"file_name": "keeper.txt"})["ids"]
+    hybrid = HybridCollection.of(store)
+    hybrid.log_deletions([keeper], head(store) + 1)  # logged, then killed before deleting
+    store.add_texts(["Tenders carried oil to the lights."], [{"file_name": "t"}], ids=["tender"])
+    assert store.get(ids=[keeper])["ids"] == []
+    assert lexically_found(store, "clockwork wicks") == set()
+    assert_current(store)
+
+
+def test_langchain_writes_update_the_index_without_a_rebuild(store, caplog):
+    with caplog.at_level(logging.INFO, logger="hyde_lc.hybrid_collection"):
+        for n in range(3):
+            name = f"station-{n}"
+            store.add_texts(
+                [f"Signal station {n} flew storm cones."], [{"file_name": name}], ids=[name]
+            )
+            assert name in lexically_found(store, f"station {n} storm cones")  # a new reader
+    assert_current(store)
+    messages = [r.getMessage() for r in caplog.records]
+    assert not [m for m in messages if "building the lexical index" in m or "caught up" in m]
 
 
 def test_the_index_lives_beside_the_collection(store):
@@ -210,7 +249,7 @@ def test_a_failure_after_the_new_version_became_searchable_leaves_an_index_of_it
     def fail(*args, **kwargs):
         raise RuntimeError("the store went away")
 
-    monkeypatch.setattr(hyde_lc.ingest, "delete_where", fail)  # removing the old version
+    monkeypatch.setattr(hyde_lc.ingest.Write, "delete_where", fail)  # removing the old version
     with pytest.raises(RuntimeError):
         ingest_paths([doc], store, progress=False, **settings)
     monkeypatch.undo()
@@ -252,18 +291,20 @@ def test_a_foreign_write_of_another_count_is_caught(store, fake_embeddings):
     assert lexically_found(store, "tenders supplies") == set()
 
 
-def test_a_reader_during_a_write_searches_the_index_as_it_is(store, folder):
-    from hyde_lc.store import renew_generation, write_lock
-
-    search = lexical_search_for(store)
-    assert search is not None and not search.ensure_current()
-    with write_lock(store):  # a writer at work (this process holds the lock)
-        renew_generation(store, writing=True)
-        assert not lexical_search_for(store).ensure_current()  # not rebuilt under the writer
-        assert lexically_found(store, "clockwork") == {"keeper.txt"}
-    # the writer is gone without finishing: the next reader rebuilds
-    assert lexical_search_for(store).ensure_current()
-    assert not lexical_search_for(store).ensure_current()  # and only once
+def test_a_reader_during_a_write_sees_the_collection_as_it_was(store, fake_embeddings):
+    hybrid = HybridCollection.of(store)
+    with hybrid.writing() as write:  # a writer at work (this process holds the lock)
+        write.upsert(
+            ["mid"],
+            [fake_embeddings.embed_query("mid")],
+            [{"source": "mid", "file_name": "mid"}],
+            ["Clockwork mechanisms turned the lens."],
+        )
+        # Another reader: the unfinished write is not returned, and nothing is rebuilt.
+        found = lexically_found(store, "clockwork")
+        assert found == {"keeper.txt"}
+    assert lexically_found(store, "clockwork") == {"keeper.txt", "mid"}
+    assert_current(store)
 
 
 def test_threads_searching_a_collection_whose_index_is_not_built_yet(tmp_path, folder):
@@ -375,17 +416,15 @@ def test_a_failing_embedding_fails_the_hybrid_search(store):
 def test_a_chunk_gone_before_its_text_is_read_is_skipped_and_k_still_returned(store, monkeypatch):
     # The dense side returns ids only; texts are read afterwards. A chunk deleted in
     # between is left out, and the next ones in the ranking fill its place.
-    from hyde_lc import store as store_module
-
     retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, k=2)
     first = retriever.invoke("who wound the clockwork")
     gone = first[0].id
-    real = store_module.documents_by_id
+    real = HybridCollection.documents
 
-    def without_gone(st, ids, where=None):
-        return [d for d in real(st, ids, where) if d.id != gone]
+    def without_gone(self, ids):
+        return [d for d in real(self, ids) if d.id != gone]
 
-    monkeypatch.setattr(store_module, "documents_by_id", without_gone)
+    monkeypatch.setattr(HybridCollection, "documents", without_gone)
     again = retriever.invoke("who wound the clockwork")
     assert len(again) == 2 and gone not in {d.id for d in again}
     assert again[0].id == first[1].id
@@ -416,3 +455,163 @@ def test_hybrid_search_leaves_the_stores_own_documents_unchanged(fake_embeddings
     assert [d.id for d in first] == [d.id for d in again] and first[0].id == "keeper.txt"
     assert all({"score", "found_by", "dense_score"} <= set(d.metadata) for d in first)
     assert not any(d is s for d in first for s in store.shared.values())
+
+
+# -- one search: two Chroma calls, filters inside the index -----------------------------------
+
+
+class CallCounter:
+    """Counts calls to chromadb's collection and client methods while active."""
+
+    COLLECTION = ("query", "get", "count", "peek", "add", "upsert", "update", "delete", "modify")
+    CLIENT = ("get_collection", "get_or_create_collection", "list_collections", "create_collection")
+
+    def __init__(self, monkeypatch):
+        from chromadb.api.client import Client
+        from chromadb.api.models.Collection import Collection
+
+        self.calls: list[str] = []
+        self.active = False
+        for cls, names in ((Collection, self.COLLECTION), (Client, self.CLIENT)):
+            for name in names:
+                monkeypatch.setattr(cls, name, self._counted(name, getattr(cls, name)))
+
+    def _counted(self, name, method):
+        def counted(*args, **kwargs):
+            if self.active:
+                self.calls.append(name)
+            return method(*args, **kwargs)
+
+        return counted
+
+
+@pytest.mark.parametrize("call", ["invoke", "ainvoke"])
+def test_a_warm_hybrid_query_makes_two_chroma_calls(store, monkeypatch, call):
+    monkeypatch.setenv("HYDE_LC_REFRESH_INTERVAL", "60")
+    counter = CallCounter(monkeypatch)
+    retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, k=2)
+    run = (lambda q: asyncio.run(retriever.ainvoke(q))) if call == "ainvoke" else retriever.invoke
+    run("who wound the clockwork")  # warm: the state is read once
+    counter.active = True
+    docs = run("who wound the clockwork")
+    assert names(docs)[0] == "keeper.txt" and "lexical" in docs[0].metadata["found_by"]
+    assert sorted(counter.calls) == ["get", "query"]
+
+
+def test_the_state_is_read_again_once_the_refresh_interval_has_passed(store, monkeypatch):
+    monkeypatch.setenv("HYDE_LC_REFRESH_INTERVAL", "0")
+    counter = CallCounter(monkeypatch)
+    retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, k=2)
+    retriever.invoke("who wound the clockwork")
+    counter.active = True
+    retriever.invoke("who wound the clockwork")
+    # the dense query and the winners' read, plus the state (metadata and count) read
+    # for this search by each side
+    assert counter.calls.count("query") == 1 and counter.calls.count("get") == 1
+    assert 1 <= counter.calls.count("get_collection") == counter.calls.count("count") <= 2
+
+
+def test_a_bad_refresh_interval_is_refused_naming_the_variable(store, monkeypatch):
+    from hyde_lc.errors import InvalidSettingError
+
+    monkeypatch.setenv("HYDE_LC_REFRESH_INTERVAL", "soon")
+    with pytest.raises(InvalidSettingError, match="HYDE_LC_REFRESH_INTERVAL"):
+        HyDERetriever(vectorstore=store, n_hypotheses=0, k=2).invoke("clockwork")
+
+
+def test_a_filtered_hybrid_search_finds_the_filtered_chunk_lexically(tmp_path, fake_embeddings):
+    # 150 chunks say "beacon" more often than the one the filter keeps: it is far outside
+    # the lexical top 100 of the whole collection, and must still be found by BM25.
+    store = open_store(tmp_path / "store", embeddings=fake_embeddings)
+    texts = [f"Beacon beacon beacon number {n} on the headland." for n in range(150)]
+    metas = [{"file_name": f"noise-{n}.txt"} for n in range(150)]
+    texts.append("Far down the coast, among many other things, stood one beacon. " * 4)
+    metas.append({"file_name": "target.txt"})
+    store.add_texts(texts, metas)
+    retriever = HyDERetriever(
+        vectorstore=store,
+        n_hypotheses=0,
+        k=3,
+        search_kwargs={"filter": {"file_name": {"$in": ["target.txt"]}}},
+    )
+    (found,) = retriever.invoke("beacon")
+    assert found.metadata["file_name"] == "target.txt"
+    assert "lexical" in found.metadata["found_by"] and found.metadata["lexical_score"] > 0
+
+
+def test_a_filter_the_lexical_side_cannot_apply_is_refused(store):
+    from hyde_lc.errors import InvalidSettingError
+
+    retriever = HyDERetriever(
+        vectorstore=store, n_hypotheses=0, k=2, search_kwargs={"filter": {"page": {"$gt": 1}}}
+    )
+    with pytest.raises(InvalidSettingError, match="lexical='off'"):
+        retriever.invoke("clockwork")
+    dense = HyDERetriever(
+        vectorstore=store,
+        n_hypotheses=0,
+        k=2,
+        lexical="off",
+        search_kwargs={"filter": {"page": {"$gt": 1}}},
+    )
+    dense.invoke("clockwork")  # dense only takes it
+
+
+def test_an_index_of_an_older_layout_is_replaced_by_a_new_one(store):
+    base = lexical_folder(store)
+    shutil.rmtree(base)
+    base.mkdir()
+    (base / "meta.json").write_text("{}")  # an index kept directly in the folder
+    (base / "hyde_lc_lexical.json").write_text('{"format": 2, "generation": "x"}')
+    assert lexically_found(store, "clockwork") == {"keeper.txt"}
+    assert not (base / "meta.json").exists()
+    assert_current(store)
+
+
+def test_an_index_older_than_the_feed_keeps_is_rebuilt_not_caught_up(store, monkeypatch):
+    import hyde_lc.hybrid_collection as hc
+
+    monkeypatch.setattr(hc, "FEED_TRIM_EVERY", 1)
+    monkeypatch.setattr(hc, "FEED_KEEP_WRITES", 1)
+    (keeper,) = store.get(where={"file_name": "keeper.txt"})["ids"]
+    # Another client's index, left at the current head, misses the next two writes.
+    other = open_store(store.location.path, embeddings=store.embeddings)
+    stale = HybridCollection.of(other)
+    assert stale.sync(max_age=0) is not None
+    store.delete(ids=[keeper])
+    store.add_texts(["Tenders carried oil to the lights."], [{"file_name": "t"}], ids=["tender"])
+    feed = HybridCollection.of(store).feed(create=False)
+    assert feed.get(include=[])["ids"] == []  # the deletion's record was trimmed away
+    index = stale._open_index()
+    index.mark(index.cursor() - 1)  # as if this client's own index were that far behind
+    assert lexically_found(other, "clockwork wicks") == set()  # rebuilt: the deletion holds
+    assert_current(other)
+
+
+def test_a_damaged_index_segment_is_rebuilt_and_searched(store):
+    base = lexical_folder(store)
+    current = base / (base / "CURRENT").read_text().strip()
+    for segment in current.glob("*.store"):
+        segment.write_bytes(b"")  # damaged in place
+    assert lexically_found(store, "clockwork") == {"keeper.txt"}
+    assert_current(store)
+
+
+def test_an_index_that_cannot_be_written_leaves_the_search_dense_only_and_says_so(
+    store, monkeypatch, caplog
+):
+    import hyde_lc.hybrid_collection as hc
+
+    shutil.rmtree(lexical_folder(store))  # must be rebuilt, and cannot be
+
+    def no_space(self):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(hc.HybridCollection, "_rebuild_locked", no_space)
+    retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, k=2)
+    with caplog.at_level(logging.WARNING, logger="hyde_lc.hybrid_collection"):
+        docs = retriever.invoke("who wound the clockwork")
+        retriever.invoke("who wound the clockwork")
+    assert len(docs) == 2 and all(d.metadata["found_by"] == ["dense"] for d in docs)
+    warnings = [r.getMessage() for r in caplog.records if "dense only" in r.getMessage()]
+    assert len(warnings) == 1 and "No space left" in warnings[0]

@@ -4,6 +4,7 @@ from collections import Counter
 
 import pytest
 
+from hyde_lc.errors import InvalidSettingError
 from hyde_lc.lexical import FORMAT, IndexState, LexicalIndex, analyze, lexical_query, read_state
 
 
@@ -62,26 +63,66 @@ def test_empty_query_or_k_below_one_finds_nothing():
     assert index.search(Counter(), k=3) == [] and index.search(lexical_query("fog"), k=0) == []
 
 
-def test_an_index_on_disk_survives_reopening_with_its_state(tmp_path):
+def test_an_index_on_disk_survives_reopening_with_its_cursor(tmp_path):
     folder = tmp_path / "lexical"
-    index = LexicalIndex.open(folder)
+    index = LexicalIndex.create(folder)
+    assert index.cursor() is None  # built from nothing yet: not current for any collection
     index.add([("a", "fog horn")])
-    index.mark("gen-1")
+    index.mark(7)
     again = LexicalIndex.open(folder)
     assert [c for c, _ in again.search(lexical_query("horn"), k=1)] == ["a"]
-    state = read_state(folder)
-    assert state is not None and (state.generation, state.chunks) == ("gen-1", 1)
+    assert read_state(folder) == IndexState(FORMAT, 7, 1) and again.cursor() == 7
 
 
-def test_an_index_of_another_layout_is_cleared_not_misread(tmp_path):
+def test_a_state_of_another_layout_is_not_read(tmp_path):
     folder = tmp_path / "lexical"
     folder.mkdir()
-    (folder / "meta.json").write_text("{}")
-    (folder / LexicalIndex.STATE_FILE).write_text('{"format": 999, "generation": "x"}')
-    index = LexicalIndex.open(folder)
-    assert len(index) == 0
-    # the old state went with the old layout; the new index reflects no generation yet
-    assert read_state(folder) == IndexState(FORMAT, None, 0)
+    (folder / LexicalIndex.STATE_FILE).write_text('{"format": 999, "cursor": 3}')
+    assert read_state(folder) is None
+    (folder / LexicalIndex.STATE_FILE).write_text("not json")
+    assert read_state(folder) is None
+
+
+CHUNKS = [
+    ("a", "fog horn at the pier", {"file_name": "a.txt", "page": 1, "kept": True}),
+    ("b", "fog bell on the rock", {"file_name": "b.txt", "page": 2, "kept": False}),
+    ("c", "fog gun at the fort", {"file_name": "c.txt", "page": 2.0, "kept": True}),
+]
+
+
+@pytest.mark.parametrize(
+    ("where", "expected"),
+    [
+        ({"file_name": "b.txt"}, {"b"}),
+        ({"file_name": {"$eq": "a.txt"}}, {"a"}),
+        ({"page": 2}, {"b", "c"}),  # 2 and 2.0 are one value, as in Chroma
+        ({"kept": True}, {"a", "c"}),
+        ({"file_name": {"$in": ["a.txt", "c.txt"]}}, {"a", "c"}),
+        ({"file_name": {"$ne": "a.txt"}}, {"b", "c"}),
+        ({"file_name": {"$nin": ["a.txt", "b.txt"]}}, {"c"}),
+        ({"$and": [{"page": 2}, {"kept": True}]}, {"c"}),
+        ({"$or": [{"file_name": "a.txt"}, {"kept": False}]}, {"a", "b"}),
+        ({"file_name": "none.txt"}, set()),
+    ],
+)
+def test_a_search_filter_narrows_hits_inside_the_index(where, expected):
+    index = LexicalIndex.in_memory()
+    index.add(CHUNKS)
+    unfiltered = dict(index.search(lexical_query("fog"), k=5))
+    hits = index.search(lexical_query("fog"), k=5, where=where)
+    assert {chunk for chunk, _ in hits} == expected
+    assert all(score == unfiltered[chunk] for chunk, score in hits)  # scores unchanged
+
+
+@pytest.mark.parametrize(
+    "where",
+    [{"page": {"$gt": 1}}, {"$not": {"page": 1}}, {"page": {"$in": "a"}}, {"page": [1]}],
+)
+def test_a_filter_the_index_cannot_apply_is_refused_naming_what_is_supported(where):
+    index = LexicalIndex.in_memory()
+    index.add(CHUNKS)
+    with pytest.raises(InvalidSettingError, match=r"supports .*\$in.*lexical='off'"):
+        index.search(lexical_query("fog"), k=5, where=where)
 
 
 @pytest.mark.parametrize("text", ["", "   ", "!!!", "a an the"])
@@ -89,17 +130,3 @@ def test_text_without_terms_indexes_and_queries_as_nothing(text):
     index = LexicalIndex.in_memory()
     index.add([("x", text)])
     assert index.search(lexical_query(text), k=3) == []
-
-
-def test_opening_an_index_another_opener_is_filling_keeps_its_content(tmp_path):
-    # A writer opened the index and indexed chunks, and has not recorded a generation
-    # yet (it does when its write ends); a reader opening the folder meanwhile must not
-    # take it for an index of another layout.
-    folder = tmp_path / "lexical"
-    writer = LexicalIndex.open(folder)
-    writer.add([("a", "fog horn"), ("b", "tide table")])
-    reader = LexicalIndex.open(folder)
-    assert len(reader) == 2
-    writer.add([("c", "granite tower")])
-    reader.reload()
-    assert [c for c, _ in reader.search(lexical_query("granite"), k=1)] == ["c"]

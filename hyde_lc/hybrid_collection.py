@@ -1,0 +1,729 @@
+"""One hybrid collection: a Chroma collection and its BM25 index, written through one door.
+
+Every write to a hyde_lc collection (ingestion, replacing or removing a document, and
+LangChain's ``add_texts`` / ``add_documents`` / ``update_documents`` / ``delete`` on
+`hyde_lc.store.HydeChroma`) goes through `HybridCollection.writing`, which:
+
+* holds one lock per collection (a file lock beside an embedded store, so other
+  processes wait; a process-wide lock for a Chroma server, whose collections take one
+  writer at a time);
+* stamps every chunk it writes with the write's *sequence number* (``hyde_lc_seq`` in the
+  chunk's metadata) and logs every chunk it deletes, with that number, in a small
+  companion collection (`feed_name`). The collection's metadata records the last
+  finished write (``hyde_lc_head``). Together they are a change feed kept in Chroma
+  itself: any client reads what changed since the write its index last saw;
+* updates the lexical index at once from the write's own texts (no rebuild, no re-read).
+
+Reading needs no repair in the normal case. A search reads the collection's state (the
+head and the versions being written) at most once per `REFRESH_INTERVAL_S` seconds
+(``HYDE_LC_REFRESH_INTERVAL``), and this process's own writes refresh it at once; a
+warm hybrid search then costs two Chroma calls, the dense query and one read of the
+winners' texts. When the head has moved past the index's cursor (another client
+wrote; a writer was killed after its write), the index catches up by reading only the
+chunks and deletions logged since; an index that is missing, damaged, of another
+layout, or whose collection changed outside hyde_lc (the chunk count disagrees twice in
+a row) is rebuilt in a new folder beside the old one and switched to in one rename, so a
+query never meets an empty or half-built index. A chunk whose write has not finished
+(its sequence number is past the head this reader knows) or whose document version is
+being written in parts (`hyde_lc.store.DOC_VERSION` listed as pending) is never returned.
+
+A writer killed mid-write leaves chunks stamped past the head, or deletions logged and
+not done: the next writer rolls that write forward (finishes the deletions, takes a
+sequence number past it), and readers index what it wrote at their next catch-up.
+
+Example:
+    >>> from hyde_lc import open_store
+    >>> collection = HybridCollection.of(open_store())  # doctest: +SKIP
+    >>> with collection.writing() as write:  # doctest: +SKIP
+    ...     write.delete(["chunk-id"])
+
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+import weakref
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langchain_core.documents import Document
+
+from hyde_lc import store as chroma
+from hyde_lc.errors import InvalidSettingError
+from hyde_lc.lexical import LexicalIndex, LexicalSearch, read_state
+from hyde_lc.locks import file_lock, is_locked
+
+logger = logging.getLogger(__name__)
+
+REFRESH_ENV = "HYDE_LC_REFRESH_INTERVAL"
+REFRESH_INTERVAL_S = 1.0
+"""How old (seconds) a search may take the collection's state to be: another client's
+write reaches this process's searches within it; this process's own writes at once."""
+CURRENT_FILE = "CURRENT"
+"""In an index's base folder: the name of the index folder in use."""
+_PAGE = 1000
+SEQ_KEY = chroma.SEQ
+
+
+def refresh_interval() -> float:
+    """`REFRESH_INTERVAL_S`, or ``$HYDE_LC_REFRESH_INTERVAL`` (seconds, 0 = every search)."""
+    raw = os.environ.get(REFRESH_ENV)
+    if raw is None or not raw.strip():
+        return REFRESH_INTERVAL_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= 3600:
+        raise InvalidSettingError(
+            f"{REFRESH_ENV} must be a number of seconds from 0 to 3600 (how old the "
+            f"collection's state a search may use; 0 reads it for every search), got {raw!r}"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The collection's state as read at ``read_at`` (``time.monotonic()``)."""
+
+    head: int
+    """The last finished write's sequence number (0: none recorded)."""
+    pending: tuple[str, ...]
+    """Document versions being written in parts or removed: searches leave them out."""
+    count: int
+    """Chunks the collection held (visible or not)."""
+    read_at: float
+
+
+@dataclass
+class _Changes:
+    added: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+
+class Write:
+    """One write to a hybrid collection (see `HybridCollection.writing`).
+
+    Every method is one or a few Chroma calls; the lexical index takes the changes when
+    the write ends.
+    """
+
+    def __init__(self, owner: HybridCollection, seq: int) -> None:
+        self.owner = owner
+        self.seq = seq
+        self.changes = _Changes()
+        self.touched = False
+        """Whether the write changed anything (only then does the head move)."""
+        self._collection: Any = None
+
+    @property
+    def collection(self) -> Any:
+        """The chromadb collection written (created, model recorded, by the first write)."""
+        if self._collection is None:
+            self._collection = self.owner.chroma_collection(create=True)
+        return self._collection
+
+    def upsert(
+        self,
+        ids: Sequence[str],
+        vectors: Any,
+        metadatas: Sequence[dict[str, Any] | None],
+        documents: Sequence[str],
+    ) -> None:
+        """Write records in one Chroma call (one transaction): all of them or none."""
+        stamped = [{**(meta or {}), chroma.SEQ: self.seq} for meta in metadatas]
+        self.touched = True
+        self.collection.upsert(
+            ids=list(ids), embeddings=vectors, metadatas=stamped, documents=list(documents)
+        )
+        self.changes.added.extend(zip(ids, documents, stamped, strict=True))
+
+    def update(
+        self,
+        ids: Sequence[str],
+        vectors: Any,
+        metadatas: Sequence[dict[str, Any] | None],
+        documents: Sequence[str],
+    ) -> None:
+        """Change existing records (Chroma's ``update``) in one call."""
+        stamped = [{**(meta or {}), chroma.SEQ: self.seq} for meta in metadatas]
+        self.touched = True
+        self.collection.update(
+            ids=list(ids), embeddings=vectors, metadatas=stamped, documents=list(documents)
+        )
+        self.changes.added.extend(zip(ids, documents, stamped, strict=True))
+
+    def delete(self, ids: Sequence[str], batch: int | None = None) -> None:
+        """Delete records by id: logged in the feed first, then deleted."""
+        if not ids:
+            return
+        size = batch or chroma.max_write(self.owner.store)
+        for start in range(0, len(ids), size):
+            part = [str(i) for i in ids[start : start + size]]
+            self.touched = True
+            self.owner.log_deletions(part, self.seq)
+            self.collection.delete(ids=part)
+            self.changes.deleted.extend(part)
+
+    def delete_where(self, where: dict[str, Any]) -> None:
+        """Delete every record matching ``where``."""
+        ids = [
+            str(i)
+            for page in chroma.iter_pages(self.owner.store, where, include=())
+            for i in page["ids"]
+        ]
+        self.delete(ids)
+
+    def set_pending(self, add: Iterable[str] = (), remove: Iterable[str] = ()) -> list[str]:
+        """Change the versions searches leave out, in one metadata write."""
+        self.touched = True
+        after = chroma.set_pending(self.owner.store, add=add, remove=remove)
+        self.owner.forget_snapshot()
+        return after
+
+
+_BY_STORE: weakref.WeakKeyDictionary[Any, HybridCollection] = weakref.WeakKeyDictionary()
+_BY_STORE_LOCK = threading.Lock()
+_SERVER_LOCKS: dict[str, threading.RLock] = {}
+"""One writer at a time per server collection within this process."""
+_DAMAGED: set[str] = set()
+"""Index folders found damaged (warned once each; the rebuild replaces them)."""
+_UNWRITABLE: set[str] = set()
+"""Collections whose lexical index could not be written (warned once each)."""
+_SNAPSHOTS: dict[str, Snapshot] = {}
+"""The last state read of each collection in this process (shared by every store object
+over it, so that a write through one is seen at once through the others)."""
+
+
+class HybridCollection:
+    """A hyde_lc collection with its lexical index: the one write path, and the lexical side.
+
+    Get one with `HybridCollection.of(store)` (one per store object). See the module
+    docstring for how the two indexes stay in step.
+
+    Example:
+        >>> from hyde_lc import open_store
+        >>> hybrid = HybridCollection.of(open_store())  # doctest: +SKIP
+        >>> hybrid.search(lexical_query("Fresnel"), k=3)  # doctest: +SKIP
+
+    """
+
+    def __init__(self, store: Any) -> None:
+        self._store = weakref.ref(store)  # the store holds this object, not the reverse
+        where = chroma.store_folder(store) or chroma.server_url(store) or f"memory:{id(store)}"
+        self._key = f"{where}\0{chroma.collection_name(store)}"
+        self._base: Path | None = None
+        self._refresh_lock = threading.RLock()
+        self._index: LexicalIndex | None = None
+        self._index_name: str | None = None
+
+    @property
+    def store(self) -> Any:
+        """The LangChain Chroma store this collection is written and read through."""
+        found = self._store()
+        if found is None:
+            raise RuntimeError("the store of this hybrid collection was garbage-collected")
+        return found
+
+    @classmethod
+    def of(cls, store: Any) -> HybridCollection:
+        """The hybrid collection behind ``store`` (made once per store object)."""
+        with _BY_STORE_LOCK:
+            found = _BY_STORE.get(store)
+            if found is None:
+                found = _BY_STORE[store] = cls(store)
+            return found
+
+    # -- the collection ------------------------------------------------------------------
+
+    def chroma_collection(self, create: bool = False) -> Any:
+        """The chromadb collection (None if it does not exist and ``create`` is False)."""
+        if create:
+            return chroma.prepare_write(self.store)
+        return chroma.existing_collection(self.store)
+
+    @property
+    def base(self) -> Path | None:
+        """The folder holding this collection's lexical index folders (None: no index)."""
+        if self._base is None:
+            self._base = chroma.lexical_folder(self.store)
+        return self._base
+
+    @property
+    def _snapshot(self) -> Snapshot | None:
+        return _SNAPSHOTS.get(self._key)
+
+    @_snapshot.setter
+    def _snapshot(self, value: Snapshot | None) -> None:
+        if value is None:
+            _SNAPSHOTS.pop(self._key, None)
+        else:
+            _SNAPSHOTS[self._key] = value
+
+    # -- the state ------------------------------------------------------------------------
+
+    def snapshot(self, max_age: float | None = None) -> Snapshot:
+        """The collection's state, read again if older than ``max_age`` seconds."""
+        age = refresh_interval() if max_age is None else max_age
+        current = self._snapshot
+        if current is not None and time.monotonic() - current.read_at <= age:
+            return current
+        with self._refresh_lock:  # one reader refreshes; the others wait for its result
+            current = self._snapshot
+            if current is not None and time.monotonic() - current.read_at <= age:
+                return current
+            fresh = self._read_snapshot()
+            self._after_refresh(fresh)
+            self._snapshot = fresh
+            return fresh
+
+    def forget_snapshot(self) -> None:
+        """Make the next search read the state afresh (after this process wrote)."""
+        self._snapshot = None
+
+    def _read_snapshot(self) -> Snapshot:
+        collection = self.chroma_collection()
+        if collection is None:
+            return Snapshot(0, (), 0, time.monotonic())
+        metadata = chroma.fresh_metadata(self.store)
+        return Snapshot(
+            head=int(metadata.get(chroma.META_HEAD) or 0),
+            pending=tuple(chroma.pending_in(metadata)),
+            count=int(collection.count()),
+            read_at=time.monotonic(),
+        )
+
+    # -- writing --------------------------------------------------------------------------
+
+    @contextmanager
+    def writing(self) -> Iterator[Write]:
+        """Be the collection's only writer while the block runs; yields the `Write`.
+
+        On the way in: the lock, this process's view of the store refreshed, and a write
+        killed earlier rolled forward. On the way out (also when the block fails: what
+        it wrote stays, and must be indexed): the head moves to this write if it changed
+        anything, then the index takes its changes (or catches up, or is built, if it
+        was behind or missing).
+        """
+        with self._write_lock():
+            seq = self._roll_forward() + 1
+            write = Write(self, seq)
+            try:
+                yield write
+            finally:
+                self._finish(write)
+
+    @contextmanager
+    def _write_lock(self) -> Iterator[None]:
+        folder = chroma.store_folder(self.store)
+        if folder is not None:
+            with chroma.write_lock(self.store):
+                yield
+            return
+        key = chroma.server_url(self.store) or "memory"
+        name = chroma.collection_name(self.store) or ""
+        with _BY_STORE_LOCK:
+            lock = _SERVER_LOCKS.setdefault(f"{key}/{name}", threading.RLock())
+        with lock:
+            yield
+
+    def _roll_forward(self) -> int:
+        """The last write's number, after finishing any write that was killed midway."""
+        collection = self.chroma_collection()
+        if collection is None:
+            return 0
+        head = int(chroma.fresh_metadata(self.store).get(chroma.META_HEAD) or 0)
+        past = {SEQ_KEY: {"$gt": head}}
+        latest = head
+        feed = self.feed(create=False)
+        if feed is not None:
+            logged = feed.get(where=past, include=["metadatas"])
+            if logged["ids"]:
+                ids = [str((m or {}).get("chunk_id")) for m in logged["metadatas"] or []]
+                collection.delete(ids=ids)  # the deletions it had logged, done
+                latest = max(latest, *(int((m or {})[SEQ_KEY]) for m in logged["metadatas"]))
+        stray = collection.get(where=past, include=["metadatas"], limit=_PAGE)
+        for meta in stray["metadatas"] or []:
+            latest = max(latest, int((meta or {}).get(SEQ_KEY, 0)))
+        if latest != head:
+            logger.info("finishing an interrupted write to the collection (write %d)", latest)
+        return latest
+
+    def _finish(self, write: Write) -> None:
+        if self.chroma_collection() is None:
+            return
+        if write.touched:
+            chroma.set_head(self.store, write.seq)
+            self.forget_snapshot()
+            if write.seq % FEED_TRIM_EVERY == 0:
+                self._trim_feed(write.seq - FEED_KEEP_WRITES)
+        if self.base is None:
+            return
+        with self._index_lock():
+            index = self._open_index()
+            cursor = index.cursor() if index is not None else None
+            if index is None or cursor is None or cursor < write.seq - 1:
+                self._catch_up_locked()
+            elif write.touched:
+                index.apply(write.changes.added, write.changes.deleted)
+                index.mark(write.seq)
+
+    # -- the change feed ------------------------------------------------------------------
+
+    def _trim_feed(self, floor: int) -> None:
+        """Forget deletions logged by writes up to ``floor`` (an index older is rebuilt)."""
+        feed = self.feed(create=False)
+        if feed is None or floor <= 0:
+            return
+        chroma.set_metadata_value(self.store, META_FEED_FLOOR, floor)  # first: never a gap
+        feed.delete(where={SEQ_KEY: {"$lte": floor}})
+
+    def feed(self, create: bool) -> Any:
+        """The companion collection logging deletions (None if missing and not created)."""
+        client = chroma.client_of(self.store)
+        name = feed_name(chroma.collection_name(self.store) or "")
+        if create:
+            return client.get_or_create_collection(
+                name,
+                metadata={"hyde_lc_feed_of": chroma.collection_name(self.store)},
+                embedding_function=None,  # records carry a one-number vector; none embedded
+            )
+        try:
+            return client.get_collection(name)
+        except Exception:  # chromadb raises NotFoundError (or ValueError in some versions)
+            return None
+
+    def log_deletions(self, ids: Sequence[str], seq: int) -> None:
+        """Record that ``ids`` are deleted by write ``seq`` (before deleting them)."""
+        feed = self.feed(create=True)
+        feed.upsert(
+            ids=[f"{seq}:{i}" for i in ids],
+            embeddings=[[1.0]] * len(ids),
+            metadatas=[{SEQ_KEY: seq, "chunk_id": i} for i in ids],
+        )
+
+    def changes_since(self, cursor: int) -> tuple[list[str], list[tuple[str, str, dict]]]:
+        """Chunk ids deleted, and chunks written, after write ``cursor`` (read in pages)."""
+        past = {SEQ_KEY: {"$gt": cursor}}
+        deleted: list[str] = []
+        feed = self.feed(create=False)
+        if feed is not None:
+            offset = 0
+            while True:
+                page = feed.get(where=past, include=["metadatas"], limit=_PAGE, offset=offset)
+                deleted.extend(str((m or {}).get("chunk_id")) for m in page["metadatas"] or [])
+                if len(page["ids"]) < _PAGE:
+                    break
+                offset += _PAGE
+        added = [
+            (str(i), text or "", dict(meta or {}))
+            for page in chroma.iter_pages(
+                self.store, past, ("documents", "metadatas"), page_size=_PAGE
+            )
+            for i, text, meta in zip(
+                page["ids"], page["documents"] or [], page["metadatas"] or [], strict=True
+            )
+        ]
+        return deleted, added
+
+    # -- the lexical index ------------------------------------------------------------------
+
+    def _lock_path(self) -> Path:
+        base = self.base
+        assert base is not None
+        return base.parent / f"{base.name}.lock"
+
+    @contextmanager
+    def _index_lock(self) -> Iterator[None]:
+        with file_lock(self._lock_path()):
+            yield
+
+    def _current_name(self) -> str | None:
+        base = self.base
+        if base is None:
+            return None
+        try:
+            name = (base / CURRENT_FILE).read_text(encoding="utf-8").strip()
+        except OSError:
+            return None
+        return name if name and read_state(base / name) is not None else None
+
+    def _open_index(self) -> LexicalIndex | None:
+        """The index in use (reopened if another process switched to a new one)."""
+        name = self._current_name()
+        if name is None:
+            self._index, self._index_name = None, None
+            return None
+        if name != self._index_name or self._index is None:
+            assert self.base is not None
+            try:
+                self._index, self._index_name = LexicalIndex.open(self.base / name), name
+            except (ValueError, OSError) as exc:  # tantivy: "Data corrupted", missing files
+                if name not in _DAMAGED:
+                    _DAMAGED.add(name)
+                    logger.warning("the lexical index %s is damaged (%s): rebuilding", name, exc)
+                self._index, self._index_name = None, None
+                return None
+        return self._index
+
+    def sync(self, max_age: float | None = None) -> LexicalIndex | None:
+        """The lexical index, brought up to the collection's head if it is behind."""
+        snap = self.snapshot(max_age)
+        index = self._open_index()
+        if index is not None and self._fresh(index, snap):
+            return index
+        if self.chroma_collection() is None or self.base is None:
+            return None
+        with self._index_lock():
+            self._catch_up_locked(snap)
+        return self._index
+
+    def _fresh(self, index: LexicalIndex, snap: Snapshot) -> bool:
+        cursor = index.cursor()
+        return cursor is not None and cursor >= snap.head
+
+    def _after_refresh(self, snap: Snapshot) -> None:
+        """On each state read: reopen a switched index, and check the chunk counts agree.
+
+        The index holds every chunk of the collection (those of a write under way too),
+        so its count must equal the collection's. When it does not, what a write under
+        way has done so far is indexed first; a difference that remains while no write
+        is under way means the collection was changed outside hyde_lc (a chunk added or
+        deleted by another program), and the index is rebuilt.
+        """
+        if self.base is None:
+            return
+        index = self._open_index()
+        if index is None:
+            return
+        index.reload()
+        cursor = index.cursor()
+        if cursor is None or cursor < snap.head or len(index) == snap.count:
+            return
+        with self._index_lock():
+            deleted, added = self.changes_since(cursor)
+            index.apply(added, deleted)
+        if len(index) == snap.count or self._write_under_way(snap.head):
+            return
+        logger.warning(
+            "%s: the lexical index holds %d chunks and the collection %d: the collection "
+            "was changed outside hyde_lc; rebuilding the index",
+            chroma.collection_name(self.store),
+            len(index),
+            snap.count,
+        )
+        self.rebuild()
+
+    def _write_under_way(self, head: int) -> bool:
+        """Whether a write past ``head`` has begun (and not finished, or was killed)."""
+        folder = chroma.store_folder(self.store)
+        if folder is not None and is_locked(folder / chroma.LOCK_FILE):
+            return True
+        past = {SEQ_KEY: {"$gt": head}}
+        collection = self.chroma_collection()
+        if collection is not None and collection.get(where=past, limit=1, include=[])["ids"]:
+            return True
+        feed = self.feed(create=False)
+        return feed is not None and bool(feed.get(where=past, limit=1, include=[])["ids"])
+
+    def _catch_up_locked(self, snap: Snapshot | None = None) -> None:
+        """Under the index lock: bring the index to the head, or rebuild it."""
+        index = self._open_index()
+        metadata = chroma.fresh_metadata(self.store)
+        head = int(metadata.get(chroma.META_HEAD) or 0)
+        cursor = index.cursor() if index is not None else None
+        if index is None or cursor is None or cursor < int(metadata.get(META_FEED_FLOOR) or 0):
+            self._rebuild_locked()
+            return
+        if cursor >= head:
+            return
+        deleted, added = self.changes_since(cursor)
+        index.apply(added, deleted)
+        index.mark(head)
+        logger.info(
+            "lexical index of %s caught up from write %d to %d (%d written, %d deleted)",
+            chroma.collection_name(self.store),
+            cursor,
+            head,
+            len(added),
+            len(deleted),
+        )
+
+    def rebuild(self) -> None:
+        """Index every chunk of the collection afresh in a new folder, then switch to it.
+
+        The folder in use keeps serving searches until the switch (one rename).
+        """
+        with self._index_lock():
+            self._rebuild_locked()
+
+    def _rebuild_locked(self) -> None:
+        base = self.base
+        assert base is not None
+        _clear_other_layout(base)
+        head = int(chroma.fresh_metadata(self.store).get(chroma.META_HEAD) or 0)
+        name = f"idx-{uuid.uuid4().hex[:12]}"
+        logger.info("building the lexical index of %s", chroma.collection_name(self.store))
+        index = LexicalIndex.create(base / name)
+        batch: list[tuple[str, str, dict[str, Any]]] = []
+        for page in chroma.iter_pages(self.store, None, ("documents", "metadatas"), _PAGE * 5):
+            batch.extend(
+                (str(i), text or "", dict(meta or {}))
+                for i, text, meta in zip(
+                    page["ids"], page["documents"] or [], page["metadatas"] or [], strict=True
+                )
+            )
+            if len(batch) >= _PAGE * 5:
+                index.add(batch)
+                batch = []
+        index.add(batch)
+        index.mark(head)
+        old = self._current_name()
+        tmp = base / f"{CURRENT_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
+        tmp.write_text(name, encoding="utf-8")
+        os.replace(tmp, base / CURRENT_FILE)
+        self._index, self._index_name = index, name
+        self.forget_snapshot()
+        if old and old != name:
+            shutil.rmtree(base / old, ignore_errors=True)
+
+    # -- searching --------------------------------------------------------------------------
+
+    def search(
+        self, weights: Counter[str], k: int, where: dict[str, Any] | None = None
+    ) -> list[tuple[str, float]]:
+        """BM25 hits ``(chunk id, score)`` among the chunks searches may see, best first.
+
+        The index is derived data: a damaged one is rebuilt and searched again. One that
+        cannot be written where it lives (a full disk, no permission) leaves the search
+        dense only, said once in the log with what to do.
+        """
+        try:
+            index = self.sync()
+            if index is None:
+                return []
+            snap = self._snapshot or self.snapshot()
+            hide = {chroma.DOC_VERSION: {"$in": list(snap.pending)}} if snap.pending else None
+            try:
+                return index.search(weights, k, where=where or None, hide=hide)
+            except InvalidSettingError:
+                raise
+            except ValueError as exc:  # tantivy found a damaged segment
+                logger.warning("the lexical index is damaged (%s): rebuilding it", exc)
+                self.rebuild()
+                index = self._open_index()
+                return [] if index is None else index.search(weights, k, where or None, hide)
+        except OSError as exc:
+            if self._key not in _UNWRITABLE:
+                _UNWRITABLE.add(self._key)
+                logger.warning(
+                    "the lexical index of %s cannot be kept at %s (%s): searching dense "
+                    "only. Free space there, make it writable, or set HYDE_LC_CACHE_DIR "
+                    "to a writable folder (for a server or read-only store).",
+                    chroma.collection_name(self.store),
+                    self.base,
+                    exc.strerror or exc,
+                )
+            return []
+
+    def documents(self, ids: Sequence[str]) -> list[Document]:
+        """The chunks with these ids that searches may see now (one Chroma read), unordered."""
+        collection = self.chroma_collection()
+        if collection is None or not ids:
+            return []
+        snap = self._snapshot or self.snapshot()  # the one this search used
+        got = collection.get(ids=list(ids), include=["documents", "metadatas"])
+        out = []
+        for id_, text, meta in zip(
+            got["ids"], got["documents"] or [], got["metadatas"] or [], strict=True
+        ):
+            meta = dict(meta or {})
+            if visible(meta, snap):
+                out.append(Document(page_content=text or "", metadata=meta, id=id_))
+        return out
+
+
+FEED_KEEP_WRITES = 10_000
+"""Deletions stay in the feed for this many writes: an index further behind is rebuilt."""
+FEED_TRIM_EVERY = 100
+META_FEED_FLOOR = "hyde_lc_feed_floor"
+"""Collection metadata: deletions are logged for every write after this one (an index whose
+cursor is older is rebuilt)."""
+
+
+def visible(metadata: dict[str, Any], snap: Snapshot) -> bool:
+    """Whether a chunk is one searches may return under ``snap``."""
+    seq = metadata.get(SEQ_KEY)
+    if isinstance(seq, int) and seq > snap.head:
+        return False
+    return not (snap.pending and metadata.get(chroma.DOC_VERSION) in snap.pending)
+
+
+def feed_name(collection: str) -> str:
+    """The name of the companion collection logging ``collection``'s deletions."""
+    name = f"{collection}.hyde_lc_feed"
+    if len(name) <= 512:
+        return name
+    import hashlib
+
+    digest = hashlib.sha256(collection.encode("utf-8")).hexdigest()[:16]
+    return f"{collection[:480]}-{digest}.hyde_lc_feed"
+
+
+def _clear_other_layout(base: Path) -> None:
+    """Remove an index of an older layout kept directly in ``base`` (not in a subfolder)."""
+    if not base.exists():
+        base.mkdir(parents=True)
+        return
+    for entry in base.iterdir():
+        keep = entry.name == CURRENT_FILE or (entry.is_dir() and entry.name.startswith("idx-"))
+        if not keep:
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+
+
+class CollectionLexicalSearch(LexicalSearch):
+    """The lexical side of a hyde_lc collection: its own persistent index, kept current.
+
+    Example:
+        >>> from hyde_lc import open_store
+        >>> search = lexical_search_for(open_store())  # doctest: +SKIP
+        >>> search.search(lexical_query("Fresnel"), k=3)  # doctest: +SKIP
+
+    """
+
+    def __init__(self, vectorstore: Any) -> None:
+        self.vectorstore = vectorstore
+        self.hybrid = HybridCollection.of(vectorstore)
+
+    @property
+    def index(self) -> LexicalIndex:  # type: ignore[override]
+        """The index in use, brought up to date."""
+        index = self.hybrid.sync()
+        if index is None:
+            raise InvalidSettingError("the collection does not exist yet: nothing is indexed")
+        return index
+
+    def search(self, weights: Counter[str], k: int, where: Any = None) -> list[tuple[str, float]]:
+        """As `LexicalSearch.search`, inside the collection's index (filters included)."""
+        if callable(where):
+            raise InvalidSettingError(
+                "a Chroma collection's search filter is a dict (Chroma's where syntax), "
+                f"not {type(where).__name__}"
+            )
+        return self.hybrid.search(weights, k, where)
+
+    def documents(self, ids: Sequence[str]) -> list[Any]:
+        """The chunks with these ids that searches may see now."""
+        return self.hybrid.documents(ids)
