@@ -30,305 +30,152 @@ Example:
 
 from __future__ import annotations
 
-import atexit
-import ipaddress
 import logging
 import os
-import re
-import shutil
-import tempfile
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
-import httpx
-import numpy as np
-from chromadb.api.client import Client as ChromaClient
-from chromadb.config import DEFAULT_DATABASE, DEFAULT_TENANT, Settings
 from chromadb.errors import NotFoundError
 from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
+from hyde_lc.chroma_location import (
+    DEFAULT_COLLECTION as DEFAULT_COLLECTION,
+)
+from hyde_lc.chroma_location import (
+    DEFAULT_STORE_DIR as DEFAULT_STORE_DIR,
+)
+from hyde_lc.chroma_location import (
+    DEFAULT_TIMEOUT_S as DEFAULT_TIMEOUT_S,
+)
+from hyde_lc.chroma_location import (
+    LOCK_FILE as LOCK_FILE,
+)
+from hyde_lc.chroma_location import (
+    SQLITE_FILE as SQLITE_FILE,
+)
+from hyde_lc.chroma_location import (
+    TIMEOUT_ENV as TIMEOUT_ENV,
+)
+from hyde_lc.chroma_location import (
+    StoreLocation as StoreLocation,
+)
+from hyde_lc.chroma_location import _is_read_only, _read_only_copy
+from hyde_lc.chroma_location import (
+    check_collection_name as check_collection_name,
+)
+from hyde_lc.chroma_location import (
+    lost_server as lost_server,
+)
+from hyde_lc.chroma_location import (
+    server_lost_as_error as server_lost_as_error,
+)
+from hyde_lc.chroma_location import (
+    server_url as server_url,
+)
 from hyde_lc.errors import (
     EmbeddingMismatchError,
     InvalidSettingError,
     StoreError,
-    StoreUnavailableError,
 )
 from hyde_lc.locks import file_lock
 from hyde_lc.models import EMBEDDINGS_ENV, embedding_model_id
+from hyde_lc.store_reads import (
+    SCRIPT_NOT_RECORDED as SCRIPT_NOT_RECORDED,
+)
+from hyde_lc.store_reads import (
+    chunks_around as chunks_around,
+)
+from hyde_lc.store_reads import (
+    collection_info as collection_info,
+)
+from hyde_lc.store_reads import (
+    documents_by_id as documents_by_id,
+)
+from hyde_lc.store_reads import (
+    iter_chunks as iter_chunks,
+)
+from hyde_lc.store_reads import (
+    iter_metadatas as iter_metadatas,
+)
+from hyde_lc.store_reads import (
+    iter_pages as iter_pages,
+)
+from hyde_lc.store_reads import (
+    mmr_search as mmr_search,
+)
+from hyde_lc.store_reads import (
+    scored_search as scored_search,
+)
+from hyde_lc.store_reads import (
+    vector_hits as vector_hits,
+)
+from hyde_lc.store_reads import (
+    visible_count as visible_count,
+)
+from hyde_lc.store_state import (
+    DOC_VERSION as DOC_VERSION,
+)
+from hyde_lc.store_state import (
+    META_DIMENSION as META_DIMENSION,
+)
+from hyde_lc.store_state import (
+    META_HEAD as META_HEAD,
+)
+from hyde_lc.store_state import (
+    META_MODEL as META_MODEL,
+)
+from hyde_lc.store_state import (
+    META_PENDING as META_PENDING,
+)
+from hyde_lc.store_state import (
+    SEQ as SEQ,
+)
+from hyde_lc.store_state import (
+    _store_collection as _store_collection,
+)
+from hyde_lc.store_state import (
+    client_of as client_of,
+)
+from hyde_lc.store_state import (
+    collection_name as collection_name,
+)
+from hyde_lc.store_state import (
+    existing_collection as existing_collection,
+)
+from hyde_lc.store_state import (
+    fresh_metadata as fresh_metadata,
+)
+from hyde_lc.store_state import (
+    has_collection as has_collection,
+)
+from hyde_lc.store_state import (
+    has_records as has_records,
+)
+from hyde_lc.store_state import (
+    pending_in as pending_in,
+)
+from hyde_lc.store_state import (
+    pending_versions as pending_versions,
+)
+from hyde_lc.store_state import (
+    query_visible as query_visible,
+)
+from hyde_lc.store_state import (
+    search_filter as search_filter,
+)
+from hyde_lc.store_state import (
+    visible_where as visible_where,
+)
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_STORE_DIR = ".hyde_lc"
-DEFAULT_COLLECTION = "hyde_lc"
-META_MODEL = "hyde_lc_embedding_model"
-META_DIMENSION = "hyde_lc_embedding_dimension"
-META_PENDING = "hyde_lc_pending"
-"""Collection metadata: the document versions being written or removed, comma-separated.
-Searches leave their chunks out."""
-META_HEAD = "hyde_lc_head"
-"""Collection metadata: the sequence number of the last finished write (the change feed's
-head, `hyde_lc.hybrid_collection`)."""
-SEQ = "hyde_lc_seq"
-"""Chunk metadata: the sequence number of the write that wrote the chunk."""
-DOC_VERSION = "doc_version"
-"""Chunk metadata: which version of a document (file, content, chunking) a chunk is of."""
-DEFAULT_TIMEOUT_S = 30.0
-TIMEOUT_ENV = "HYDE_LC_CHROMA_TIMEOUT"
-SQLITE_FILE = "chroma.sqlite3"
 COSINE: dict[str, Any] = {"hnsw": {"space": "cosine"}}
-_PAGE = 5000
-_TEXT_PAGE = 1000
-_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]{1,510}[a-zA-Z0-9]")
-
-
-def _timeout_from(value: float | str | None) -> float:
-    """Seconds a Chroma server request may take: ``value``, ``$HYDE_LC_CHROMA_TIMEOUT`` or 30."""
-    raw: float | str | None = value if value is not None else os.environ.get(TIMEOUT_ENV)
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return DEFAULT_TIMEOUT_S
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = float("nan")
-    if not 0 < seconds < float("inf"):
-        where = "timeout" if value is not None else TIMEOUT_ENV
-        raise StoreError(
-            f"{where} must be a positive number of seconds (how long a Chroma server may take "
-            f"to answer one request), got {raw!r}; e.g. {TIMEOUT_ENV}=30"
-        )
-    return seconds
-
-
-def check_collection_name(name: str) -> None:
-    """Refuse a collection name Chroma would refuse when it creates the collection.
-
-    Chroma checks names only on creation, which is now the first write: checked here
-    too, so that a bad name fails when the store is opened. Chroma's rules: 3-512
-    characters of ``[a-zA-Z0-9._-]``, a letter or digit first and last, no ``..``, not
-    an IPv4 address.
-    """
-    bad = not _NAME.fullmatch(name) or ".." in name
-    if not bad:
-        try:
-            ipaddress.IPv4Address(name)
-            bad = True
-        except ValueError:
-            pass
-    if bad:
-        raise StoreError(
-            f"invalid collection name {name!r}: use 3-512 letters, digits, '.', '_' or '-', "
-            "starting and ending with a letter or digit (e.g. --collection my_docs)"
-        )
-
-
-@dataclass(frozen=True)
-class StoreLocation:
-    """Where a collection lives: a folder (embedded Chroma) or a server URL.
-
-    Example:
-        >>> StoreLocation.resolve(path="/tmp/x").describe()
-        'chroma folder /tmp/x, collection hyde_lc'
-
-    """
-
-    path: Path | None
-    url: str | None
-    collection: str
-    timeout: float = DEFAULT_TIMEOUT_S
-    """Seconds one request to a Chroma server may take (``HYDE_LC_CHROMA_TIMEOUT``)."""
-
-    @classmethod
-    def resolve(
-        cls,
-        path: str | os.PathLike | None = None,
-        url: str | None = None,
-        collection: str | None = None,
-        timeout: float | None = None,
-    ) -> StoreLocation:
-        """Apply arguments, then environment variables, then defaults."""
-        if isinstance(path, str) and not path.strip():
-            raise StoreError(
-                'the store folder is empty (--store ""): give a folder (e.g. --store '
-                "./.hyde_lc), or leave it out for $HYDE_LC_STORE or ./.hyde_lc"
-            )
-        if isinstance(url, str) and not url.strip():
-            raise StoreError(
-                "the Chroma server URL is empty: give one (e.g. http://127.0.0.1:8000), or "
-                "leave it out to use a store folder"
-            )
-        name = collection or os.environ.get("HYDE_LC_COLLECTION") or DEFAULT_COLLECTION
-        if path is None and url is None:
-            url = os.environ.get("HYDE_LC_CHROMA_URL") or None
-            if url is None:
-                path = os.environ.get("HYDE_LC_STORE") or DEFAULT_STORE_DIR
-        if path is not None and url is not None:
-            raise StoreError("give either a store folder or a Chroma server URL, not both")
-        return cls(
-            path=Path(path).expanduser().resolve() if path is not None else None,
-            url=url,
-            collection=name,
-            timeout=_timeout_from(timeout),
-        )
-
-    def describe(self) -> str:
-        """One line for messages and ``info``."""
-        where = f"chroma server {self.url}" if self.url else f"chroma folder {self.path}"
-        return f"{where}, collection {self.collection}"
-
-    @property
-    def server(self) -> str | None:
-        """The server's address as ``scheme://host:port`` (None for a folder)."""
-        if not self.url:
-            return None
-        parsed = urlparse(self.url if "://" in self.url else f"http://{self.url}")
-        port = parsed.port or (443 if parsed.scheme == "https" else 8000)
-        return f"{parsed.scheme}://{parsed.hostname or '127.0.0.1'}:{port}"
-
-    def client(self) -> Any:
-        """A chromadb client for this location (telemetry off, nothing fetched).
-
-        For a folder this creates it (and Chroma's database in it) if missing: call it
-        only to write, or on a folder that holds a store (`has_store`).
-        """
-        import chromadb
-
-        settings = Settings(anonymized_telemetry=False)
-        if self.url:
-            return _http_client(self.url, settings, self.timeout)
-        assert self.path is not None
-        if self.path.exists() and not self.path.is_dir():
-            raise StoreError(f"store location {self.path} is a file, not a folder")
-        return chromadb.PersistentClient(path=str(self.path), settings=settings)
-
-    def has_store(self) -> bool:
-        """For a folder: whether it holds a Chroma database; a server always may."""
-        if self.path is None:
-            return True
-        if self.path.exists() and not self.path.is_dir():
-            raise StoreError(f"store location {self.path} is a file, not a folder")
-        return (self.path / SQLITE_FILE).is_file()
-
-
-class _BoundedHttpClient(ChromaClient):
-    """chromadb's HTTP client, with a bounded wait for each request.
-
-    chromadb 1.5 makes its httpx session with no timeout and has no setting for one,
-    and its constructor already sends requests (who am I, which tenant): so the timeout
-    is put on the session just before the first of them, `get_user_identity`.
-    """
-
-    def __init__(self, timeout: float, **kwargs: Any) -> None:
-        self._hyde_lc_timeout = timeout
-        super().__init__(**kwargs)
-        self.bound_requests()
-
-    def get_user_identity(self) -> Any:
-        self.bound_requests()
-        return super().get_user_identity()
-
-    def bound_requests(self) -> None:
-        """Apply the timeout to the session (idempotent)."""
-        session = getattr(getattr(self, "_server", None), "_session", None)
-        if isinstance(session, httpx.Client):
-            session.timeout = httpx.Timeout(self._hyde_lc_timeout)
-
-
-def _http_client(url: str, settings: Settings, timeout: float) -> Any:
-    parsed = urlparse(url if "://" in url else f"http://{url}")
-    # What chromadb.HttpClient sets, for a client class of our own.
-    settings.chroma_api_impl = "chromadb.api.fastapi.FastAPI"
-    settings.chroma_server_host = parsed.hostname or "127.0.0.1"
-    settings.chroma_server_http_port = parsed.port or (443 if parsed.scheme == "https" else 8000)
-    settings.chroma_server_ssl_enabled = parsed.scheme == "https"
-    try:
-        return _BoundedHttpClient(
-            timeout, tenant=DEFAULT_TENANT, database=DEFAULT_DATABASE, settings=settings
-        )
-    except Exception as exc:
-        if _timed_out(exc):
-            raise StoreError(
-                f"the Chroma server at {url} did not answer within {timeout:g} s. Check that "
-                f"it is a Chroma server and not stuck; if it is only slow, raise {TIMEOUT_ENV} "
-                "(seconds)."
-            ) from exc
-        raise StoreError(
-            f"cannot reach the Chroma server at {url} ({exc}). Start it "
-            "(chroma run --path DIR --port N) or check HYDE_LC_CHROMA_URL."
-        ) from exc
-
-
-def _timed_out(exc: BaseException) -> bool:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, httpx.TimeoutException):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
-
-
-# -- reading a folder that cannot be written --------------------------------------------
-
-_READ_ONLY_COPIES: dict[Path, Path] = {}
-
-
-def _is_read_only(folder: Path) -> bool:
-    """Whether this process cannot write a store folder that Chroma must write to open."""
-    sqlite = folder / SQLITE_FILE
-    if not sqlite.is_file():
-        return False
-    places = [folder, sqlite, *(p for p in folder.iterdir() if p.is_dir())]
-    return not all(os.access(p, os.W_OK) for p in places)
-
-
-def _read_only_copy(folder: Path) -> Path:
-    """A writable copy of a read-only store folder, made once per process, removed at exit.
-
-    Chroma cannot open a store it cannot write (it updates its database on open), so a
-    read-only folder (a read-only mount, a shared copy) is read through a private copy.
-    """
-    if folder in _READ_ONLY_COPIES:
-        return _READ_ONLY_COPIES[folder]
-    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-    logger.warning(
-        "%s is read-only and Chroma cannot open a store it cannot write: reading a "
-        "temporary copy (%.1f MB; set TMPDIR to choose where)",
-        folder,
-        size / 2**20,
-    )
-    holder = Path(tempfile.mkdtemp(prefix="hyde-lc-read-only-"))
-    atexit.register(shutil.rmtree, holder, ignore_errors=True)
-    copy = holder / "store"
-    try:
-        shutil.copytree(
-            folder,
-            copy,
-            copy_function=shutil.copyfile,  # no permission bits: the copy must be writable
-            ignore=shutil.ignore_patterns(LOCK_FILE),
-        )
-        for root, dirs, _ in os.walk(copy):
-            for name in dirs:
-                os.chmod(os.path.join(root, name), 0o700)
-        os.chmod(copy, 0o700)
-    except OSError as exc:
-        raise StoreError(
-            f"{folder} is read-only, and copying it to {holder} to read it failed "
-            f"({exc.strerror or exc}). Copy it somewhere writable yourself and point "
-            "--store at the copy"
-        ) from exc
-    _READ_ONLY_COPIES[folder] = copy
-    return copy
-
-
-# -- the store ----------------------------------------------------------------------------
 
 
 @dataclass
@@ -380,6 +227,9 @@ class HydeChroma(Chroma):
         []
 
     """
+
+    hides_pending = True
+    """Its searches and ``get`` leave out pending document versions themselves."""
 
     def __init__(
         self,
@@ -610,150 +460,6 @@ class _UnbornCollection:
 _RESULT_KEYS = ("embeddings", "documents", "metadatas", "uris", "data")
 
 
-def _store_collection(store: Chroma) -> Any:
-    """The chromadb collection behind ``store``, or None if it does not exist yet."""
-    if isinstance(store, HydeChroma):
-        return store.existing_collection()
-    return store._collection
-
-
-def existing_collection(store: Chroma) -> Any:
-    """The chromadb collection behind ``store``, or None if it does not exist yet."""
-    return _store_collection(store)
-
-
-def client_of(store: Chroma) -> Any:
-    """The chromadb client behind ``store``."""
-    return store._client
-
-
-def collection_name(store: Chroma) -> str | None:
-    """The name of ``store``'s collection (None if the store does not say)."""
-    location = getattr(store, "location", None)
-    name = getattr(location, "collection", None) or getattr(store, "_collection_name", None)
-    return str(name) if name else None
-
-
-def has_collection(store: Chroma) -> bool:
-    """Whether ``store``'s collection exists (a store opened by `open_store` may not, yet)."""
-    return _store_collection(store) is not None
-
-
-def has_records(store: Chroma, where: dict) -> bool:
-    """Whether any record matches ``where`` (visible or not)."""
-    collection = _store_collection(store)
-    if collection is None:
-        return False
-    return bool(collection.get(where=where, limit=1, include=[])["ids"])
-
-
-def fresh_metadata(store: Chroma) -> dict[str, Any]:
-    """The collection's metadata as stored now (another process may have changed it)."""
-    collection = _store_collection(store)
-    if collection is None:
-        return {}
-    try:
-        return dict(store._client.get_collection(collection.name).metadata or {})
-    except NotFoundError:
-        return {}
-
-
-def pending_versions(store: Chroma) -> list[str]:
-    """The document versions being written or removed: searches leave them out."""
-    return pending_in(fresh_metadata(store))
-
-
-def pending_in(metadata: dict[str, Any]) -> list[str]:
-    """The pending versions listed in collection metadata."""
-    raw = metadata.get(META_PENDING) or ""
-    return [version for version in str(raw).split(",") if version]
-
-
-def visible_where(store: Chroma, where: dict | None = None) -> dict | None:
-    """``where`` narrowed to the chunks searches may see (none of a pending version).
-
-    Reads the collection's metadata fresh (one request, about 0.25 ms embedded) and
-    returns ``where`` unchanged when nothing is pending, which is the normal case.
-
-    Example:
-        >>> visible_where(store, {"source": "a.txt"})  # doctest: +SKIP
-        {'$and': [{'source': 'a.txt'}, {'doc_version': {'$nin': ['9f0c...']}}]}
-
-    """
-    pending = pending_versions(store)
-    if not pending:
-        return where
-    hide: dict[str, Any] = {DOC_VERSION: {"$nin": pending}}
-    return {"$and": [where, hide]} if where else hide
-
-
-def search_filter(store: Chroma, where: dict | None = None) -> dict | None:
-    """The ``filter`` for a LangChain search on ``store`` that leaves pending versions out.
-
-    A store from `open_store` leaves them out itself (``where`` comes back unchanged);
-    any other `Chroma` over a hyde_lc collection gets `visible_where`.
-    """
-    return where if isinstance(store, HydeChroma) else visible_where(store, where)
-
-
-_POST_FILTER_LIMIT = 2048
-"""Most results asked for when searching around pending chunks before filtering instead."""
-
-
-def query_visible(
-    store: Chroma, n_results: int, pending: Iterable[str] | None = None, **query: Any
-) -> Any:
-    """``collection.query(n_results=..., **query)`` without chunks of pending versions.
-
-    Nothing pending: the query as given (plus one metadata read). Otherwise, with no
-    filter of the caller's, more results are asked for and pending ones dropped: a
-    metadata filter (``$nin``) makes embedded Chroma 1.5 scan its metadata on every
-    query (390 ms at 50,000 chunks, against 2 ms for 40 unfiltered results). Where
-    pending chunks crowd the neighbourhood past `_POST_FILTER_LIMIT` results, or the
-    caller filters anyway, the filter is used. ``pending`` is the list of pending
-    versions when the caller has it (else it is read fresh).
-    """
-    collection = store._collection
-    pending = set(pending_versions(store) if pending is None else pending)
-    if not pending:
-        return collection.query(n_results=n_results, **query)
-    queries = query.get("query_embeddings") or query.get("query_texts") or []
-    include = list(query.pop("include", None) or ["metadatas", "documents", "distances"])
-    hide: dict[str, Any] = {DOC_VERSION: {"$nin": sorted(pending)}}
-    if query.get("where") or query.get("where_document") or len(queries) != 1:
-        where = query.pop("where", None)
-        where = {"$and": [where, hide]} if where else hide
-        return collection.query(n_results=n_results, include=include, where=where, **query)
-    fetch_include = include if "metadatas" in include else [*include, "metadatas"]
-    fetch = 2 * n_results + 8
-    while True:
-        got: Any = collection.query(n_results=fetch, include=fetch_include, **query)
-        metadatas = got["metadatas"][0] if got.get("metadatas") else []
-        rows = [
-            i for i, meta in enumerate(metadatas) if (meta or {}).get(DOC_VERSION) not in pending
-        ]
-        exhausted = len(got["ids"][0]) < fetch  # the collection has no more
-        if len(rows) >= n_results or exhausted:
-            return _rows(got, rows[:n_results], include)
-        if fetch >= _POST_FILTER_LIMIT:
-            query.pop("where", None)
-            return collection.query(n_results=n_results, include=include, where=hide, **query)
-        fetch *= 4
-
-
-def _rows(got: Any, rows: list[int], include: list[str]) -> dict[str, Any]:
-    """The given rows of a one-query result, with only the fields ``include`` asks for."""
-    out: dict[str, Any] = {}
-    for key, value in got.items():
-        if key == "included":
-            out[key] = include
-        elif value is None or (key != "ids" and key not in include):
-            out[key] = None
-        else:
-            out[key] = [[value[0][i] for i in rows]]
-    return out
-
-
 def set_head(store: Chroma, seq: int) -> None:
     """Record ``seq`` as the last finished write (one metadata write; under the write lock)."""
     set_metadata_value(store, META_HEAD, seq)
@@ -793,99 +499,6 @@ def set_pending(store: Chroma, add: Iterable[str] = (), remove: Iterable[str] = 
 def _write_metadata(collection: Any, metadata: dict[str, Any]) -> None:
     metadata.pop("hnsw:space", None)  # set through the configuration, not metadata
     collection.modify(metadata=metadata or {META_PENDING: ""})
-
-
-# -- searching by vector (what hyde_lc.vectorstore asks of a Chroma store) ------------------
-
-
-def scored_search(
-    store: Chroma, vector: list[float], k: int, search_kwargs: dict[str, Any]
-) -> list[tuple[Document, float | None]]:
-    """The ``k`` nearest visible chunks with their relevance, higher is better.
-
-    The relevance comes from the collection's own distance function (cosine for hyde_lc
-    collections).
-    """
-    extra = dict(search_kwargs)
-    extra["filter"] = search_filter(store, extra.get("filter"))
-    to_relevance = store._select_relevance_score_fn()
-    return [
-        (doc, float(to_relevance(distance)))
-        for doc, distance in store.similarity_search_by_vector_with_relevance_scores(
-            vector, k=k, **extra
-        )
-    ]
-
-
-def vector_hits(
-    store: Chroma, vector: list[float], k: int, where: Any = None
-) -> list[tuple[str, float]]:
-    """The ``k`` nearest visible chunks as ``(id, relevance)``, without reading their texts.
-
-    The dense candidates of a hybrid search: most of them are never returned, so only the
-    ones that make the fused ranking are read afterwards (`documents_by_id`). ``where`` is
-    the caller's filter only: `query_visible` leaves pending versions out for any store.
-    """
-    extra: dict[str, Any] = {"where": where} if where else {}
-    pending = None
-    collection = _store_collection(store)
-    if collection is not None and META_MODEL in (collection.metadata or {}):
-        from hyde_lc.hybrid_collection import HybridCollection
-
-        pending = HybridCollection.of(store).snapshot().pending  # refreshed at most once a second
-    got = query_visible(
-        store, k, pending, query_embeddings=[vector], include=["distances"], **extra
-    )
-    to_relevance = store._select_relevance_score_fn()
-    ids, distances = got["ids"][0], got["distances"][0]
-    return [(str(i), float(to_relevance(d))) for i, d in zip(ids, distances, strict=True)]
-
-
-def mmr_search(
-    store: Chroma, vector: list[float], k: int, search_kwargs: dict[str, Any]
-) -> list[Document]:
-    """MMR among visible chunks, as copies with ``metadata["score"]``: cosine to ``vector``.
-
-    LangChain's MMR returns no scores; the cosine is computed from the stored vectors.
-    """
-    extra = dict(search_kwargs)
-    extra["filter"] = search_filter(store, extra.get("filter"))
-    docs = [
-        d.model_copy(deep=True)
-        for d in store.max_marginal_relevance_search_by_vector(vector, k=k, **extra)
-    ]
-    if not docs:
-        return docs
-    got = store._collection.get(ids=[str(d.id) for d in docs], include=["embeddings"])
-    vectors: list[Any] = list(got["embeddings"] if got["embeddings"] is not None else [])
-    stored = dict(zip(got["ids"], vectors, strict=True))
-    query = np.asarray(vector, dtype=float)
-    query /= max(float(np.linalg.norm(query)), 1e-12)
-    for doc in docs:
-        row = stored.get(str(doc.id))
-        if row is None:
-            doc.metadata["score"] = None
-        else:
-            row = np.asarray(row, dtype=float)
-            doc.metadata["score"] = float(row @ query / max(float(np.linalg.norm(row)), 1e-12))
-    return docs
-
-
-def documents_by_id(store: Chroma, ids: Sequence[str], where: Any = None) -> list[Document]:
-    """The visible chunks with these ids (matching ``where``, a Chroma filter), unordered."""
-    if not ids:
-        return []
-    hide = visible_where(store, where)
-    extra: dict[str, Any] = {"where": hide} if hide else {}
-    got = store._collection.get(ids=list(ids), include=["documents", "metadatas"], **extra)
-    texts, metas = got["documents"] or [], got["metadatas"] or []
-    return [
-        Document(page_content=text or "", metadata=dict(meta or {}), id=id_)
-        for id_, text, meta in zip(got["ids"], texts, metas, strict=True)
-    ]
-
-
-# -- embedding model ----------------------------------------------------------------------
 
 
 def embedding_dimension(embeddings: Embeddings) -> int:
@@ -1014,9 +627,6 @@ def check_dimension(store: Chroma, dimension: int, location: str = "") -> None:
     )
 
 
-# -- opening --------------------------------------------------------------------------------
-
-
 def collection_exists(location: StoreLocation) -> bool:
     """Whether the collection exists, without creating the store or the collection."""
     try:
@@ -1077,122 +687,6 @@ def _default_embeddings(collection: Any) -> Embeddings:
     return models.load_embeddings()
 
 
-# -- reading everything -------------------------------------------------------------------
-
-
-def iter_pages(
-    store: Chroma,
-    where: dict | None = None,
-    include: Sequence[str] = ("metadatas",),
-    page_size: int = _PAGE,
-) -> Iterator[dict[str, Any]]:
-    """The collection's records matching ``where``, ``page_size`` at a time (memory bounded).
-
-    ``where`` is used as given: pass it through `visible_where` to see what searches see.
-    """
-    collection = _store_collection(store)
-    if collection is None:
-        return
-    offset = 0
-    while True:
-        page = collection.get(where=where, include=list(include), limit=page_size, offset=offset)
-        if page["ids"]:
-            yield page
-        if len(page["ids"]) < page_size:
-            return
-        offset += page_size
-
-
-def iter_metadatas(store: Chroma, where: dict | None = None) -> list[tuple[str, dict]]:
-    """All (id, metadata) pairs of the collection matching ``where`` (no embeddings)."""
-    out: list[tuple[str, dict]] = []
-    for page in iter_pages(store, where):
-        metadatas: list[Any] = list(page["metadatas"] or [{}] * len(page["ids"]))
-        out.extend(
-            (id_, dict(meta or {})) for id_, meta in zip(page["ids"], metadatas, strict=True)
-        )
-    return out
-
-
-SCRIPT_NOT_RECORDED = "unknown"
-"""The script reported for chunks ingested before chunks recorded their script."""
-
-
-def collection_info(store: Chroma) -> dict[str, Any]:
-    """Facts about a collection: chunks, documents, scripts, embedding model and dimension.
-
-    Counts what searches see. ``scripts`` counts chunks per script of their document
-    (``latin``, ``cjk``, ...; `SCRIPT_NOT_RECORDED` for chunks ingested before chunks
-    recorded it), most chunks first; each document lists its own ``script``. Documents
-    whose writing was interrupted are listed apart under ``incomplete`` (chunks written
-    so far, of how many): searches do not see them until the same file is ingested
-    again, which completes them.
-
-    Example:
-        >>> info = collection_info(open_store())  # doctest: +SKIP
-        >>> info["scripts"]  # doctest: +SKIP
-        {'latin': 41, 'cjk': 12}
-
-    """
-    metadata = fresh_metadata(store)
-    pending = pending_in(metadata)
-    documents: dict[str, dict[str, Any]] = {}
-    scripts: dict[str, int] = {}
-    visible = 0
-    where = {DOC_VERSION: {"$nin": pending}} if pending else None
-    for page in iter_pages(store, where):
-        for meta in page["metadatas"] or []:
-            meta = meta or {}
-            visible += 1
-            source = str(meta.get("source", "?"))
-            script = str(meta.get("script") or SCRIPT_NOT_RECORDED)
-            scripts[script] = scripts.get(script, 0) + 1
-            entry = documents.setdefault(
-                source,
-                {
-                    "source": source,
-                    "doc_id": meta.get("doc_id"),
-                    "chunks": 0,
-                    "pages": set(),
-                    "script": script,
-                },
-            )
-            entry["chunks"] += 1
-            if "page" in meta:
-                last = int(meta.get("page_end", meta["page"]))
-                entry["pages"].update(range(int(meta["page"]), last + 1))
-    incomplete: dict[str, dict[str, Any]] = {}
-    if pending:
-        for page in iter_pages(store, {DOC_VERSION: {"$in": pending}}):
-            for meta in page["metadatas"] or []:
-                meta = meta or {}
-                entry = incomplete.setdefault(
-                    str(meta.get(DOC_VERSION)),
-                    {
-                        "source": str(meta.get("source", "?")),
-                        "doc_id": meta.get("doc_id"),
-                        "chunks_written": 0,
-                        "chunk_count": meta.get("chunk_count"),
-                    },
-                )
-                entry["chunks_written"] += 1
-    return {
-        "collection": store._collection.name,
-        "chunks": visible,
-        "documents": [
-            {**doc, "pages": len(doc["pages"])}
-            for doc in sorted(documents.values(), key=lambda d: d["source"])
-        ],
-        "incomplete": sorted(incomplete.values(), key=lambda d: d["source"]),
-        "scripts": dict(sorted(scripts.items(), key=lambda item: (-item[1], item[0]))),
-        "embedding_model": metadata.get(META_MODEL),
-        "embedding_dimension": metadata.get(META_DIMENSION),
-    }
-
-
-# -- writing --------------------------------------------------------------------------------
-
-
 def max_write(store: Chroma) -> int:
     """The most records Chroma takes in one call (5,461 for embedded Chroma 1.5)."""
     try:
@@ -1207,97 +701,6 @@ def present_ids(store: Chroma, ids: Sequence[str]) -> set[str]:
     if collection is None or not ids:
         return set()
     return set(collection.get(ids=list(ids), include=[])["ids"])
-
-
-# -- servers ------------------------------------------------------------------------------
-
-
-def server_url(store: Chroma) -> str | None:
-    """The address of the Chroma server behind ``store``; None for an embedded store."""
-    if isinstance(store, HydeChroma):
-        return store.location.server
-    try:
-        settings = store._client.get_settings()
-    except Exception:
-        return None
-    if settings.is_persistent or not settings.chroma_server_host:
-        return None
-    scheme = "https" if settings.chroma_server_ssl_enabled else "http"
-    return f"{scheme}://{settings.chroma_server_host}:{settings.chroma_server_http_port}"
-
-
-def lost_server(
-    store: Chroma, exc: BaseException, resume: str = "rerun the same command to resume"
-) -> StoreUnavailableError | None:
-    """The error to raise when ``exc`` means ``store``'s Chroma server can no longer be reached.
-
-    That is: somewhere in ``exc``'s chain (causes and contexts) a connection error of a
-    request to this store's server (refused, reset, cut mid-reply, or no answer within
-    the timeout). None for anything else, including connection errors to other hosts (a
-    remote LLM's, say), so that callers can keep treating those as the failure of one
-    step. ``resume`` ends the message: how the caller's work continues once the server
-    is back.
-
-    Example:
-        >>> from hyde_lc import open_store
-        >>> store = open_store(url="http://127.0.0.1:8000")  # doctest: +SKIP
-        >>> try:
-        ...     store.similarity_search("lamps")  # the server was stopped meanwhile
-        ... except Exception as exc:
-        ...     raise (lost_server(store, exc) or exc) from exc  # doctest: +SKIP
-
-    """
-    url = server_url(store)
-    if url is None:
-        return None
-    wanted = httpx.URL(url)
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, httpx.TransportError):
-            try:
-                target = current.request.url
-            except RuntimeError:  # no request attached: cannot tell whose it was
-                target = None
-            if target is not None and (target.host, target.port) == (wanted.host, wanted.port):
-                if isinstance(current, httpx.TimeoutException):
-                    where = getattr(store, "location", None)
-                    seconds = f" within {where.timeout:g} s" if where else ""
-                    return StoreUnavailableError(
-                        f"the Chroma server at {url} did not answer{seconds} "
-                        f"({type(current).__name__}). Check that it is running and not "
-                        f"stuck; if it is only slow, raise {TIMEOUT_ENV} (seconds). Then "
-                        f"{resume}."
-                    )
-                return StoreUnavailableError(
-                    f"lost the Chroma server at {url} ({type(current).__name__}: {current}). "
-                    f"Start it again on the same data folder (chroma run --path DIR "
-                    f"--host {wanted.host} --port {wanted.port}), then {resume}."
-                )
-        current = current.__cause__ or current.__context__
-    return None
-
-
-@contextmanager
-def server_lost_as_error(store: Chroma, resume: str) -> Iterator[None]:
-    """Run the block; a lost connection to ``store``'s server becomes `lost_server`'s error.
-
-    Every other failure passes through unchanged.
-    """
-    try:
-        yield
-    except Exception as exc:
-        lost = lost_server(store, exc, resume)
-        if lost is None:
-            raise
-        raise lost from exc
-
-
-# -- one writer per folder ----------------------------------------------------------------
-
-LOCK_FILE = "hyde_lc.lock"
-"""In an embedded store's folder: locked (``flock``) by whichever process is writing it."""
 
 
 def store_folder(store: Chroma) -> Path | None:
@@ -1356,62 +759,6 @@ def write_lock(store: Chroma) -> Iterator[None]:
     with file_lock(folder / LOCK_FILE, waiting_note=f"{folder} is being written"):
         refresh_store(store)
         yield
-
-
-# -- what the lexical index and neighbour expansion read ----------------------------------
-
-
-def visible_count(store: Chroma) -> int:
-    """Chunks searches can see: all of them but those of pending document versions."""
-    collection = _store_collection(store)
-    if collection is None:
-        return 0
-    total = int(collection.count())
-    pending = pending_versions(store)
-    if not pending:
-        return total
-    hidden = collection.get(where={DOC_VERSION: {"$in": pending}}, include=[])["ids"]
-    return total - len(hidden)
-
-
-def iter_chunks(store: Chroma, where: dict | None = None) -> Iterator[Document]:
-    """Every chunk searches can see (matching ``where``), as Documents, a page at a time.
-
-    Pages of `_TEXT_PAGE` chunks: with their texts, a page of 5,000 large chunks alone
-    would hold about 10 MB.
-    """
-    include = ("documents", "metadatas")
-    for page in iter_pages(store, visible_where(store, where), include, page_size=_TEXT_PAGE):
-        texts, metas = page["documents"] or [], page["metadatas"] or []
-        for id_, text, meta in zip(page["ids"], texts, metas, strict=True):
-            yield Document(page_content=text or "", metadata=dict(meta or {}), id=id_)
-
-
-def chunks_around(
-    store: Chroma, sources: Sequence[str], doc_ids: Sequence[str] | None, indexes: Sequence[int]
-) -> list[Document]:
-    """Visible chunks of these documents at these positions (a superset to narrow).
-
-    For collections whose chunks carry no derivable ids: the documents (by doc id, else
-    by source) and positions as two ``$in`` lists, 4-10x faster in Chroma than an
-    ``$or`` of one range per window.
-    """
-    if doc_ids is not None:
-        documents: Any = {"doc_id": {"$in": sorted(set(doc_ids))}}
-    else:
-        documents = {"source": {"$in": sorted(set(sources))}}
-    where = visible_where(
-        store, {"$and": [documents, {"chunk_index": {"$in": sorted(set(indexes))}}]}
-    )
-    collection = _store_collection(store)
-    if collection is None:
-        return []
-    got = collection.get(where=where, include=["documents", "metadatas"])
-    texts, metas = got["documents"] or [], got["metadatas"] or []
-    return [
-        Document(page_content=text or "", metadata=dict(meta or {}), id=id_)
-        for id_, text, meta in zip(got["ids"], texts, metas, strict=True)
-    ]
 
 
 LEXICAL_FOLDER = "hyde_lc_lexical"

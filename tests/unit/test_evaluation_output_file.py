@@ -249,7 +249,13 @@ def test_the_embedding_model_and_the_collection_are_settings(tmp_path, store, fa
     other = open_store(tmp_path / "store", collection="other", embeddings=fake_embeddings)
     ingest_paths([tmp_path / "docs"], other, progress=False)
     with pytest.raises(HydeLcError, match="collection: hyde_lc -> other"):
-        _run(questions, NeverRuns.from_settings(store=other, custom_hyde_llm=_llm(), k=2), out)
+        _run(
+            questions,
+            NeverRuns.from_settings(
+                store=other, custom_hyde_llm=_llm(), custom_answer_llm=_llm(), k=2
+            ),
+            out,
+        )
 
 
 def test_a_file_written_without_settings_still_resumes_and_is_checked(tmp_path, store):
@@ -262,10 +268,15 @@ def test_a_file_written_without_settings_still_resumes_and_is_checked(tmp_path, 
         legacy.append(json.dumps(record, ensure_ascii=False) + "\n")
     out.write_text("".join(legacy), "utf-8")
 
+    answer = {"custom_answer_llm": _llm()}
     with pytest.raises(HydeLcError, match="k: 2 -> 1"):
-        _run(questions, NeverRuns.from_settings(store=store, custom_hyde_llm=_llm(), k=1), out)
+        _run(
+            questions,
+            NeverRuns.from_settings(store=store, custom_hyde_llm=_llm(), k=1, **answer),
+            out,
+        )
     with pytest.raises(HydeLcError, match="retrieval_method: hybrid-hyde -> hybrid"):
-        _run(questions, NeverRuns.from_settings(store=store, mode="standard", k=2), out)
+        _run(questions, NeverRuns.from_settings(store=store, mode="standard", k=2, **answer), out)
     summary = _run(questions, _pipeline(store), out)
     assert (summary.done, summary.skipped) == (2, 2)
     assert _lines(out)[:2] == [line.encode() for line in legacy]

@@ -276,9 +276,9 @@ def test_searches_around_pending_chunks_find_the_nearest_visible_ones(
 ):
     """Pending chunks are dropped from more results than asked for (or, past a limit,
     filtered out by Chroma): the same k nearest visible chunks either way."""
-    import hyde_lc.store
+    import hyde_lc.store_state
 
-    monkeypatch.setattr(hyde_lc.store, "_POST_FILTER_LIMIT", limit)
+    monkeypatch.setattr(hyde_lc.store_state, "_POST_FILTER_LIMIT", limit)
     folder = tmp_path / "docs"
     folder.mkdir()
     for i in range(6):

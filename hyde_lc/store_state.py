@@ -1,0 +1,192 @@
+"""What a hyde_lc collection records, and which of its chunks searches may see.
+
+A collection's metadata records the embedding model (`META_MODEL`, `META_DIMENSION`), the
+last finished write (`META_HEAD`) and the document versions being written in parts or
+removed (`META_PENDING`); each chunk records its document version (`DOC_VERSION`) and the
+write that wrote it (`SEQ`). Searches leave pending versions out (`visible_where`,
+`query_visible`).
+
+Example:
+    >>> pending_in({META_PENDING: "v1,v2"})
+    ['v1', 'v2']
+
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from chromadb.errors import NotFoundError
+from langchain_chroma import Chroma
+
+logger = logging.getLogger(__name__)
+
+META_MODEL = "hyde_lc_embedding_model"
+
+
+META_DIMENSION = "hyde_lc_embedding_dimension"
+
+
+META_PENDING = "hyde_lc_pending"
+"""Collection metadata: the document versions being written or removed, comma-separated.
+Searches leave their chunks out."""
+
+
+META_HEAD = "hyde_lc_head"
+"""Collection metadata: the sequence number of the last finished write (the change feed's
+head, `hyde_lc.hybrid_collection`)."""
+
+
+SEQ = "hyde_lc_seq"
+"""Chunk metadata: the sequence number of the write that wrote the chunk."""
+
+
+DOC_VERSION = "doc_version"
+"""Chunk metadata: which version of a document (file, content, chunking) a chunk is of."""
+
+
+def _store_collection(store: Chroma) -> Any:
+    """The chromadb collection behind ``store``, or None if it does not exist yet."""
+    existing = getattr(store, "existing_collection", None)  # a store opened by open_store
+    if callable(existing):
+        return existing()
+    return store._collection
+
+
+def existing_collection(store: Chroma) -> Any:
+    """The chromadb collection behind ``store``, or None if it does not exist yet."""
+    return _store_collection(store)
+
+
+def client_of(store: Chroma) -> Any:
+    """The chromadb client behind ``store``."""
+    return store._client
+
+
+def collection_name(store: Chroma) -> str | None:
+    """The name of ``store``'s collection (None if the store does not say)."""
+    location = getattr(store, "location", None)
+    name = getattr(location, "collection", None) or getattr(store, "_collection_name", None)
+    return str(name) if name else None
+
+
+def has_collection(store: Chroma) -> bool:
+    """Whether ``store``'s collection exists (a store opened by `open_store` may not, yet)."""
+    return _store_collection(store) is not None
+
+
+def has_records(store: Chroma, where: dict) -> bool:
+    """Whether any record matches ``where`` (visible or not)."""
+    collection = _store_collection(store)
+    if collection is None:
+        return False
+    return bool(collection.get(where=where, limit=1, include=[])["ids"])
+
+
+def fresh_metadata(store: Chroma) -> dict[str, Any]:
+    """The collection's metadata as stored now (another process may have changed it)."""
+    collection = _store_collection(store)
+    if collection is None:
+        return {}
+    try:
+        return dict(store._client.get_collection(collection.name).metadata or {})
+    except NotFoundError:
+        return {}
+
+
+def pending_versions(store: Chroma) -> list[str]:
+    """The document versions being written or removed: searches leave them out."""
+    return pending_in(fresh_metadata(store))
+
+
+def pending_in(metadata: dict[str, Any]) -> list[str]:
+    """The pending versions listed in collection metadata."""
+    raw = metadata.get(META_PENDING) or ""
+    return [version for version in str(raw).split(",") if version]
+
+
+def visible_where(store: Chroma, where: dict | None = None) -> dict | None:
+    """``where`` narrowed to the chunks searches may see (none of a pending version).
+
+    Reads the collection's metadata fresh (one request, about 0.25 ms embedded) and
+    returns ``where`` unchanged when nothing is pending, which is the normal case.
+
+    Example:
+        >>> visible_where(store, {"source": "a.txt"})  # doctest: +SKIP
+        {'$and': [{'source': 'a.txt'}, {'doc_version': {'$nin': ['9f0c...']}}]}
+
+    """
+    pending = pending_versions(store)
+    if not pending:
+        return where
+    hide: dict[str, Any] = {DOC_VERSION: {"$nin": pending}}
+    return {"$and": [where, hide]} if where else hide
+
+
+def search_filter(store: Chroma, where: dict | None = None) -> dict | None:
+    """The ``filter`` for a LangChain search on ``store`` that leaves pending versions out.
+
+    A store from `open_store` leaves them out itself (``where`` comes back unchanged);
+    any other `Chroma` over a hyde_lc collection gets `visible_where`.
+    """
+    return where if getattr(store, "hides_pending", False) else visible_where(store, where)
+
+
+_POST_FILTER_LIMIT = 2048
+"""Most results asked for when searching around pending chunks before filtering instead."""
+
+
+def query_visible(
+    store: Chroma, n_results: int, pending: Iterable[str] | None = None, **query: Any
+) -> Any:
+    """``collection.query(n_results=..., **query)`` without chunks of pending versions.
+
+    Nothing pending: the query as given (plus one metadata read). Otherwise, with no
+    filter of the caller's, more results are asked for and pending ones dropped: a
+    metadata filter (``$nin``) makes embedded Chroma 1.5 scan its metadata on every
+    query (390 ms at 50,000 chunks, against 2 ms for 40 unfiltered results). Where
+    pending chunks crowd the neighbourhood past `_POST_FILTER_LIMIT` results, or the
+    caller filters anyway, the filter is used. ``pending`` is the list of pending
+    versions when the caller has it (else it is read fresh).
+    """
+    collection = store._collection
+    pending = set(pending_versions(store) if pending is None else pending)
+    if not pending:
+        return collection.query(n_results=n_results, **query)
+    queries = query.get("query_embeddings") or query.get("query_texts") or []
+    include = list(query.pop("include", None) or ["metadatas", "documents", "distances"])
+    hide: dict[str, Any] = {DOC_VERSION: {"$nin": sorted(pending)}}
+    if query.get("where") or query.get("where_document") or len(queries) != 1:
+        where = query.pop("where", None)
+        where = {"$and": [where, hide]} if where else hide
+        return collection.query(n_results=n_results, include=include, where=where, **query)
+    fetch_include = include if "metadatas" in include else [*include, "metadatas"]
+    fetch = 2 * n_results + 8
+    while True:
+        got: Any = collection.query(n_results=fetch, include=fetch_include, **query)
+        metadatas = got["metadatas"][0] if got.get("metadatas") else []
+        rows = [
+            i for i, meta in enumerate(metadatas) if (meta or {}).get(DOC_VERSION) not in pending
+        ]
+        exhausted = len(got["ids"][0]) < fetch  # the collection has no more
+        if len(rows) >= n_results or exhausted:
+            return _rows(got, rows[:n_results], include)
+        if fetch >= _POST_FILTER_LIMIT:
+            query.pop("where", None)
+            return collection.query(n_results=n_results, include=include, where=hide, **query)
+        fetch *= 4
+
+
+def _rows(got: Any, rows: list[int], include: list[str]) -> dict[str, Any]:
+    """The given rows of a one-query result, with only the fields ``include`` asks for."""
+    out: dict[str, Any] = {}
+    for key, value in got.items():
+        if key == "included":
+            out[key] = include
+        elif value is None or (key != "ids" and key not in include):
+            out[key] = None
+        else:
+            out[key] = [[value[0][i] for i in rows]]
+    return out
