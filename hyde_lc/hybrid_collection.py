@@ -64,6 +64,9 @@ from hyde_lc.locks import file_lock, is_locked
 
 logger = logging.getLogger(__name__)
 
+COUNT_CHECK_S = 30.0
+"""How often (seconds) a state read also counts the chunks, to catch a collection changed
+outside hyde_lc (one more Chroma call; it grows with the collection)."""
 REFRESH_ENV = "HYDE_LC_REFRESH_INTERVAL"
 REFRESH_INTERVAL_S = 1.0
 """How old (seconds) a search may take the collection's state to be: another client's
@@ -100,7 +103,7 @@ class Snapshot:
     pending: tuple[str, ...]
     """Document versions being written in parts or removed: searches leave them out."""
     count: int
-    """Chunks the collection held (visible or not)."""
+    """Chunks the collection held (visible or not); -1 when not read this time."""
     read_at: float
 
 
@@ -222,6 +225,7 @@ class HybridCollection:
         where = chroma.store_folder(store) or chroma.server_url(store) or f"memory:{id(store)}"
         self._key = f"{where}\0{chroma.collection_name(store)}"
         self._base: Path | None = None
+        self._counted_at: float | None = None
         self._refresh_lock = threading.RLock()
         self._index: LexicalIndex | None = None
         self._index_name: str | None = None
@@ -295,11 +299,15 @@ class HybridCollection:
         if collection is None:
             return Snapshot(0, (), 0, time.monotonic())
         metadata = chroma.fresh_metadata(self.store)
+        now = time.monotonic()
+        count = -1  # not read this time
+        if self._counted_at is None or now - self._counted_at >= COUNT_CHECK_S:
+            count, self._counted_at = int(collection.count()), now
         return Snapshot(
             head=int(metadata.get(chroma.META_HEAD) or 0),
             pending=tuple(chroma.pending_in(metadata)),
-            count=int(collection.count()),
-            read_at=time.monotonic(),
+            count=count,
+            read_at=now,
         )
 
     # -- writing --------------------------------------------------------------------------
@@ -349,7 +357,9 @@ class HybridCollection:
             logged = feed.get(where=past, include=["metadatas"])
             if logged["ids"]:
                 ids = [str((m or {}).get("chunk_id")) for m in logged["metadatas"] or []]
-                collection.delete(ids=ids)  # the deletions it had logged, done
+                step = chroma.max_write(self.store)
+                for start in range(0, len(ids), step):  # the deletions it had logged, done
+                    collection.delete(ids=ids[start : start + step])
                 latest = max(latest, *(int((m or {})[SEQ_KEY]) for m in logged["metadatas"]))
         stray = collection.get(where=past, include=["metadatas"], limit=_PAGE)
         for meta in stray["metadatas"] or []:
@@ -507,8 +517,10 @@ class HybridCollection:
             return
         index.reload()
         cursor = index.cursor()
-        if cursor is None or cursor < snap.head or len(index) == snap.count:
+        if snap.count < 0 or cursor is None or cursor < snap.head or len(index) == snap.count:
             return
+        if self._write_under_way(snap.head):
+            return  # its chunks are not searchable yet; its end moves the head
         with self._index_lock():
             deleted, added = self.changes_since(cursor)
             index.apply(added, deleted)
@@ -542,7 +554,7 @@ class HybridCollection:
         head = int(metadata.get(chroma.META_HEAD) or 0)
         cursor = index.cursor() if index is not None else None
         if index is None or cursor is None or cursor < int(metadata.get(META_FEED_FLOOR) or 0):
-            self._rebuild_locked()
+            self.rebuild()
             return
         if cursor >= head:
             return
@@ -561,40 +573,54 @@ class HybridCollection:
     def rebuild(self) -> None:
         """Index every chunk of the collection afresh in a new folder, then switch to it.
 
-        The folder in use keeps serving searches until the switch (one rename).
+        The folder in use keeps serving searches (and taking writes) while the new one is
+        built; the ids are listed in one read (a consistent list, where pages by offset
+        would shift under a concurrent delete) and the texts read by id, then what was
+        written meanwhile is caught up under the lock and the new folder switched to in
+        one rename.
         """
-        with self._index_lock():
-            self._rebuild_locked()
-
-    def _rebuild_locked(self) -> None:
         base = self.base
         assert base is not None
-        _clear_other_layout(base)
-        head = int(chroma.fresh_metadata(self.store).get(chroma.META_HEAD) or 0)
+        with self._index_lock():
+            _clear_other_layout(base)
+        collection = self.chroma_collection()
+        assert collection is not None
+        head = self._head()
         name = f"idx-{uuid.uuid4().hex[:12]}"
         logger.info("building the lexical index of %s", chroma.collection_name(self.store))
         index = LexicalIndex.create(base / name)
-        batch: list[tuple[str, str, dict[str, Any]]] = []
-        for page in chroma.iter_pages(self.store, None, ("documents", "metadatas"), _PAGE * 5):
-            batch.extend(
-                (str(i), text or "", dict(meta or {}))
-                for i, text, meta in zip(
-                    page["ids"], page["documents"] or [], page["metadatas"] or [], strict=True
+        try:
+            ids = [str(i) for i in collection.get(include=[])["ids"]]
+            step = _PAGE * 5
+            for start in range(0, len(ids), step):
+                got = collection.get(
+                    ids=ids[start : start + step], include=["documents", "metadatas"]
                 )
-            )
-            if len(batch) >= _PAGE * 5:
-                index.add(batch)
-                batch = []
-        index.add(batch)
-        index.mark(head)
-        old = self._current_name()
-        tmp = base / f"{CURRENT_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
-        tmp.write_text(name, encoding="utf-8")
-        os.replace(tmp, base / CURRENT_FILE)
-        self._index, self._index_name = index, name
+                index.add(
+                    (str(i), text or "", dict(meta or {}))
+                    for i, text, meta in zip(
+                        got["ids"], got["documents"] or [], got["metadatas"] or [], strict=True
+                    )
+                )
+            with self._index_lock():
+                now = self._head()
+                deleted, added = self.changes_since(head)
+                index.apply(added, deleted)
+                index.mark(now)
+                old = self._current_name()
+                tmp = base / f"{CURRENT_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
+                tmp.write_text(name, encoding="utf-8")
+                os.replace(tmp, base / CURRENT_FILE)
+                self._index, self._index_name = index, name
+        except BaseException:
+            shutil.rmtree(base / name, ignore_errors=True)
+            raise
         self.forget_snapshot()
         if old and old != name:
             shutil.rmtree(base / old, ignore_errors=True)
+
+    def _head(self) -> int:
+        return int(chroma.fresh_metadata(self.store).get(chroma.META_HEAD) or 0)
 
     # -- searching --------------------------------------------------------------------------
 
@@ -641,7 +667,8 @@ class HybridCollection:
         if collection is None or not ids:
             return []
         snap = self._snapshot or self.snapshot()  # the one this search used
-        got = collection.get(ids=list(ids), include=["documents", "metadatas"])
+        unique = list(dict.fromkeys(str(i) for i in ids))  # Chroma refuses repeated ids
+        got = collection.get(ids=unique, include=["documents", "metadatas"])
         out = []
         for id_, text, meta in zip(
             got["ids"], got["documents"] or [], got["metadatas"] or [], strict=True

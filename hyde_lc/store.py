@@ -461,8 +461,18 @@ _RESULT_KEYS = ("embeddings", "documents", "metadatas", "uris", "data")
 
 
 def set_head(store: Chroma, seq: int) -> None:
-    """Record ``seq`` as the last finished write (one metadata write; under the write lock)."""
-    set_metadata_value(store, META_HEAD, seq)
+    """Record ``seq`` as the last finished write (one metadata write; under the write lock).
+
+    The head never moves back: a second writer that took the same number (two writer
+    processes on one server collection, which hyde_lc does not support) cannot hide
+    the first one's write from readers.
+    """
+    collection = prepare_write(store)
+    metadata = fresh_metadata(store)
+    if int(metadata.get(META_HEAD) or 0) >= seq:
+        return
+    metadata[META_HEAD] = seq
+    _write_metadata(collection, metadata)
 
 
 def set_metadata_value(store: Chroma, key: str, value: Any) -> None:
