@@ -19,17 +19,19 @@ head and the versions being written) at most once per `REFRESH_INTERVAL_S` secon
 (``HYDE_LC_REFRESH_INTERVAL``), and this process's own writes refresh it at once; a
 warm hybrid search then costs two Chroma calls, the dense query and one read of the
 winners' texts. When the head has moved past the index's cursor (another client
-wrote; a writer was killed after its write), the index catches up by reading only the
-chunks and deletions logged since; an index that is missing, damaged, of another
-layout, or whose collection changed outside hyde_lc (the chunk count disagrees twice in
-a row) is rebuilt in a new folder beside the old one and switched to in one rename, so a
-query never meets an empty or half-built index. A chunk whose write has not finished
-(its sequence number is past the head this reader knows) or whose document version is
-being written in parts (`hyde_lc.store.DOC_VERSION` listed as pending) is never returned.
+wrote), the index catches up by reading only the chunks and deletions logged since; an
+index that is missing, damaged, of another layout, or whose collection changed outside
+hyde_lc (the chunk count, read every `COUNT_CHECK_S` seconds, disagrees while no write is
+under way) is rebuilt in a new folder beside the old one and switched to in one rename,
+so a query never meets an empty or half-built index. A document being written in parts
+(its `hyde_lc.store.DOC_VERSION` listed as pending) is never returned until it is whole:
+a winner written after the state a search used makes it read the state again.
 
 A writer killed mid-write leaves chunks stamped past the head, or deletions logged and
 not done: the next writer rolls that write forward (finishes the deletions, takes a
-sequence number past it), and readers index what it wrote at their next catch-up.
+sequence number past it). Until then, readers of a store folder index what it wrote at
+their next count check (the lock tells them no write is under way); readers of a server
+at the next write.
 
 Example:
     >>> from hyde_lc import open_store
@@ -536,10 +538,15 @@ class HybridCollection:
         self.rebuild()
 
     def _write_under_way(self, head: int) -> bool:
-        """Whether a write past ``head`` has begun (and not finished, or was killed)."""
+        """Whether a write is under way.
+
+        In a store folder the writer's lock tells (a killed writer released it). A Chroma
+        server has no such lock: a write past ``head`` that has begun counts as under way
+        until it finishes, or until the next write finishes it if it was killed.
+        """
         folder = chroma.store_folder(self.store)
-        if folder is not None and is_locked(folder / chroma.LOCK_FILE):
-            return True
+        if folder is not None:
+            return is_locked(folder / chroma.LOCK_FILE)
         past = {SEQ_KEY: {"$gt": head}}
         collection = self.chroma_collection()
         if collection is not None and collection.get(where=past, limit=1, include=[])["ids"]:
@@ -669,14 +676,16 @@ class HybridCollection:
         snap = self._snapshot or self.snapshot()  # the one this search used
         unique = list(dict.fromkeys(str(i) for i in ids))  # Chroma refuses repeated ids
         got = collection.get(ids=unique, include=["documents", "metadatas"])
-        out = []
-        for id_, text, meta in zip(
-            got["ids"], got["documents"] or [], got["metadatas"] or [], strict=True
-        ):
-            meta = dict(meta or {})
-            if visible(meta, snap):
-                out.append(Document(page_content=text or "", metadata=meta, id=id_))
-        return out
+        metas = [dict(meta or {}) for meta in got["metadatas"] or []]
+        if any(_seq(meta) > snap.head for meta in metas):
+            # Written after the state this search used: read the state again, so that the
+            # pending versions are the ones of now (a large document just begun is hidden).
+            snap = self.snapshot(max_age=0)
+        return [
+            Document(page_content=text or "", metadata=meta, id=id_)
+            for id_, text, meta in zip(got["ids"], got["documents"] or [], metas, strict=True)
+            if visible(meta, snap)
+        ]
 
 
 FEED_KEEP_WRITES = 10_000
@@ -688,11 +697,13 @@ cursor is older is rebuilt)."""
 
 
 def visible(metadata: dict[str, Any], snap: Snapshot) -> bool:
-    """Whether a chunk is one searches may return under ``snap``."""
-    seq = metadata.get(SEQ_KEY)
-    if isinstance(seq, int) and seq > snap.head:
-        return False
+    """Whether a chunk is one searches may return under ``snap`` (not of a pending version)."""
     return not (snap.pending and metadata.get(chroma.DOC_VERSION) in snap.pending)
+
+
+def _seq(metadata: dict[str, Any]) -> int:
+    seq = metadata.get(SEQ_KEY)
+    return seq if isinstance(seq, int) else 0
 
 
 def feed_name(collection: str) -> str:

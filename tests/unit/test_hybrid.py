@@ -123,7 +123,7 @@ def test_a_write_the_index_missed_is_caught_and_rebuilt(store, fake_embeddings):
     assert [d.id for d in retriever.invoke("tenders carried supplies")] == ["outsider"]
 
 
-def test_a_write_killed_after_its_records_is_rolled_forward_and_indexed(store, fake_embeddings):
+def test_a_write_killed_after_its_records_is_indexed_and_rolled_forward(store, fake_embeddings):
     # A writer wrote a chunk (stamped past the head) and was killed before the head moved.
     before = head(store)
     raw = chromadb.PersistentClient(path=str(store.location.path)).get_collection("hyde_lc")
@@ -133,8 +133,9 @@ def test_a_write_killed_after_its_records_is_rolled_forward_and_indexed(store, f
         embeddings=[fake_embeddings.embed_query("x")],
         metadatas=[{"source": "orphan", "file_name": "orphan", SEQ: before + 1}],
     )
-    # Until a write finishes, searches do not return it (its write is not complete).
-    assert lexically_found(store, "lightships anchored") == set()
+    # No write is under way (the store's lock is free): a new reader indexes it, as the
+    # dense side already finds it.
+    assert lexically_found(store, "lightships anchored") == {"orphan"}
     # The next write rolls it forward: the head passes it, and the index holds it.
     store.add_texts(["Tenders carried oil to the lights."], [{"file_name": "t"}], ids=["tender"])
     assert head(store) == before + 2
@@ -629,3 +630,29 @@ def test_repeated_ids_are_read_once(store):
     (keeper,) = store.get(where={"file_name": "keeper.txt"})["ids"]
     search = lexical_search_for(store)
     assert [d.id for d in search.documents([keeper, keeper])] == [keeper]
+
+
+def test_a_reader_with_an_old_state_never_returns_part_of_a_document_begun_since(
+    store, fake_embeddings, monkeypatch
+):
+    import hyde_lc.hybrid_collection as hc
+
+    monkeypatch.setenv("HYDE_LC_REFRESH_INTERVAL", "60")
+    hybrid = HybridCollection.of(store)
+    old = hybrid.snapshot()  # this reader's state, read before the write began
+    with hybrid.writing() as write:  # another writer, written in parts: pending meanwhile
+        write.set_pending(add=["big-v2"])
+        write.upsert(
+            ["part-1"],
+            [fake_embeddings.embed_query("part")],
+            [{"source": "big", "file_name": "big", "doc_version": "big-v2"}],
+            ["Quartzite breakwaters sheltered the harbour."],
+        )
+        hc._SNAPSHOTS[hybrid._key] = old  # as a reader in another process still has it
+        search = lexical_search_for(store)
+        hits = search.search(lexical_query("quartzite breakwaters"), k=5)
+        assert search.documents([i for i, _ in hits]) == []
+        retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, k=8)
+        assert "big" not in names(retriever.invoke("quartzite breakwaters"))
+        write.set_pending(remove=["big-v2"])
+    assert "big" in names(retriever.invoke("quartzite breakwaters"))
