@@ -53,7 +53,7 @@ import weakref
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -109,12 +109,6 @@ class Snapshot:
     read_at: float
 
 
-@dataclass
-class _Changes:
-    added: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
-
-
 class Write:
     """One write to a hybrid collection (see `HybridCollection.writing`).
 
@@ -125,7 +119,8 @@ class Write:
     def __init__(self, owner: HybridCollection, seq: int) -> None:
         self.owner = owner
         self.seq = seq
-        self.changes = _Changes()
+        self.new_collection = owner.chroma_collection() is None
+        """Whether the collection is created by this write (its index starts empty)."""
         self.touched = False
         """Whether the write changed anything (only then does the head move)."""
         self._collection: Any = None
@@ -150,7 +145,7 @@ class Write:
         self.collection.upsert(
             ids=list(ids), embeddings=vectors, metadatas=stamped, documents=list(documents)
         )
-        self.changes.added.extend(zip(ids, documents, stamped, strict=True))
+        self.owner.index_now(list(zip(ids, documents, stamped, strict=True)), (), self)
 
     def update(
         self,
@@ -165,7 +160,7 @@ class Write:
         self.collection.update(
             ids=list(ids), embeddings=vectors, metadatas=stamped, documents=list(documents)
         )
-        self.changes.added.extend(zip(ids, documents, stamped, strict=True))
+        self.owner.index_now(list(zip(ids, documents, stamped, strict=True)), (), self)
 
     def delete(self, ids: Sequence[str], batch: int | None = None) -> None:
         """Delete records by id: logged in the feed first, then deleted."""
@@ -177,7 +172,7 @@ class Write:
             self.touched = True
             self.owner.log_deletions(part, self.seq)
             self.collection.delete(ids=part)
-            self.changes.deleted.extend(part)
+            self.owner.index_now((), part, self)
 
     def delete_where(self, where: dict[str, Any]) -> None:
         """Delete every record matching ``where``."""
@@ -386,8 +381,44 @@ class HybridCollection:
             if index is None or cursor is None or cursor < write.seq - 1:
                 self._catch_up_locked()
             elif write.touched:
-                index.apply(write.changes.added, write.changes.deleted)
-                index.mark(write.seq)
+                index.mark(write.seq)  # its changes are in already (`index_now`)
+
+    def index_now(
+        self, added: Sequence[tuple[str, str, dict[str, Any]]], deleted: Sequence[str], write: Write
+    ) -> None:
+        """Put one Chroma call's changes in the lexical index at once.
+
+        Memory stays bounded (a large document's texts are never held whole); the write's
+        end records its number.
+        """
+        if self.base is None:
+            return
+        with self._index_lock():
+            index = self._open_index()
+            if index is None and write.new_collection:
+                index = self._start_empty_locked()
+            if index is not None:
+                index.apply(added, deleted)
+
+    def _start_empty_locked(self) -> LexicalIndex:
+        """An empty index for a collection this write creates (nothing to read back)."""
+        base = self.base
+        assert base is not None
+        _clear_other_layout(base)
+        name = f"idx-{uuid.uuid4().hex[:12]}"
+        index = LexicalIndex.create(base / name)
+        index.mark(0)
+        self._switch_locked(base, name, index)
+        return index
+
+    def _switch_locked(self, base: Path, name: str, index: LexicalIndex) -> str | None:
+        """Make ``name`` the index in use (one rename); returns the folder it replaced."""
+        old = self._current_name()
+        tmp = base / f"{CURRENT_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
+        tmp.write_text(name, encoding="utf-8")
+        os.replace(tmp, base / CURRENT_FILE)
+        self._index, self._index_name = index, name
+        return old
 
     # -- the change feed ------------------------------------------------------------------
 
@@ -614,11 +645,7 @@ class HybridCollection:
                 deleted, added = self.changes_since(head)
                 index.apply(added, deleted)
                 index.mark(now)
-                old = self._current_name()
-                tmp = base / f"{CURRENT_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
-                tmp.write_text(name, encoding="utf-8")
-                os.replace(tmp, base / CURRENT_FILE)
-                self._index, self._index_name = index, name
+                old = self._switch_locked(base, name, index)
         except BaseException:
             shutil.rmtree(base / name, ignore_errors=True)
             raise
@@ -682,7 +709,7 @@ class HybridCollection:
             # pending versions are the ones of now (a large document just begun is hidden).
             snap = self.snapshot(max_age=0)
         return [
-            Document(page_content=text or "", metadata=meta, id=id_)
+            Document(page_content=text or "", metadata=chroma.user_metadata(meta), id=id_)
             for id_, text, meta in zip(got["ids"], got["documents"] or [], metas, strict=True)
             if visible(meta, snap)
         ]

@@ -170,7 +170,13 @@ from hyde_lc.store_state import (
     search_filter as search_filter,
 )
 from hyde_lc.store_state import (
+    user_metadata as user_metadata,
+)
+from hyde_lc.store_state import (
     visible_where as visible_where,
+)
+from hyde_lc.store_state import (
+    without_bookkeeping as without_bookkeeping,
 )
 
 logger = logging.getLogger(__name__)
@@ -322,8 +328,10 @@ class HydeChroma(Chroma):
         **kwargs: Any,
     ) -> Any:
         query: dict[str, Any] = {"query_texts": query_texts, "query_embeddings": query_embeddings}
-        return query_visible(
-            self, n_results, where=where, where_document=where_document, **query, **kwargs
+        return without_bookkeeping(
+            query_visible(
+                self, n_results, where=where, where_document=where_document, **query, **kwargs
+            )
         )
 
     def get(
@@ -336,7 +344,9 @@ class HydeChroma(Chroma):
         include: list[str] | None = None,
     ) -> dict[str, Any]:
         """LangChain's ``get``, without chunks of pending versions."""
-        return super().get(ids, visible_where(self, where), limit, offset, where_document, include)
+        return without_bookkeeping(
+            super().get(ids, visible_where(self, where), limit, offset, where_document, include)
+        )
 
     # LangChain's writes go through the hybrid collection's one write path: stamped in the
     # change feed, indexed lexically at once, under the collection's lock.

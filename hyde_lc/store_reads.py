@@ -29,6 +29,7 @@ from hyde_lc.store_state import (
     pending_versions,
     query_visible,
     search_filter,
+    user_metadata,
     visible_where,
 )
 
@@ -122,7 +123,7 @@ def documents_by_id(store: Chroma, ids: Sequence[str], where: Any = None) -> lis
     got = store._collection.get(ids=list(ids), include=["documents", "metadatas"], **extra)
     texts, metas = got["documents"] or [], got["metadatas"] or []
     return [
-        Document(page_content=text or "", metadata=dict(meta or {}), id=id_)
+        Document(page_content=text or "", metadata=user_metadata(meta), id=id_)
         for id_, text, meta in zip(got["ids"], texts, metas, strict=True)
     ]
 
@@ -260,7 +261,7 @@ def iter_chunks(store: Chroma, where: dict | None = None) -> Iterator[Document]:
     for page in iter_pages(store, visible_where(store, where), include, page_size=_TEXT_PAGE):
         texts, metas = page["documents"] or [], page["metadatas"] or []
         for id_, text, meta in zip(page["ids"], texts, metas, strict=True):
-            yield Document(page_content=text or "", metadata=dict(meta or {}), id=id_)
+            yield Document(page_content=text or "", metadata=user_metadata(meta), id=id_)
 
 
 def chunks_around(
@@ -285,6 +286,6 @@ def chunks_around(
     got = collection.get(where=where, include=["documents", "metadatas"])
     texts, metas = got["documents"] or [], got["metadatas"] or []
     return [
-        Document(page_content=text or "", metadata=dict(meta or {}), id=id_)
+        Document(page_content=text or "", metadata=user_metadata(meta), id=id_)
         for id_, text, meta in zip(got["ids"], texts, metas, strict=True)
     ]

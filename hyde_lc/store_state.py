@@ -47,6 +47,28 @@ DOC_VERSION = "doc_version"
 """Chunk metadata: which version of a document (file, content, chunking) a chunk is of."""
 
 
+def user_metadata(metadata: Any) -> dict[str, Any]:
+    """A chunk's metadata as handed to users: without the number of its write.
+
+    That number is the change feed's bookkeeping, not a property of the chunk.
+    """
+    return {key: value for key, value in (metadata or {}).items() if key != SEQ}
+
+
+def without_bookkeeping(result: dict[str, Any]) -> dict[str, Any]:
+    """A Chroma ``get`` or ``query`` result whose metadatas are `user_metadata`."""
+    metas = result.get("metadatas")
+    if metas:
+        nested = isinstance(metas[0], list)
+        result = {
+            **result,
+            "metadatas": [
+                [user_metadata(m) for m in row] if nested else user_metadata(row) for row in metas
+            ],
+        }
+    return result
+
+
 def _store_collection(store: Chroma) -> Any:
     """The chromadb collection behind ``store``, or None if it does not exist yet."""
     existing = getattr(store, "existing_collection", None)  # a store opened by open_store
