@@ -8,9 +8,21 @@ it needs no compiler and no network. Unlike
 One engine is loaded per GGUF file and shared by every `LocalChatModel` that uses it:
 the hypothesis model (temperature 0.7) and the answer model (temperature 0) over the
 same weights cost one load and one copy in memory. Temperature, seed and length are
-per request. Concurrent calls (``batch``, ``abatch``, async HyDE hypotheses) are decoded
-together by llama.cpp's continuous batching, up to ``parallel`` at once; further calls
-wait for a free slot.
+per request. Concurrent sampled calls (``batch``, ``abatch``, async HyDE hypotheses) are
+decoded together by llama.cpp's continuous batching, up to ``parallel`` at once; further
+calls wait for a free slot.
+
+Greedy calls (temperature 0) and seeded ones are reproducible: the same request gives
+the same text every time in a process, whatever ran before it or beside it. llama.cpp's
+CPU kernels do not compute a token to the same bits in batches of different sizes, and
+at a near tie between two tokens that difference picks the other one, so such a call
+takes the one path that does not depend on history: its prompt is evaluated from the
+start (llama.cpp's prompt cache, which would evaluate only the part after a prefix left
+by an earlier request, is off for it), and it runs alone in the engine (a batch shared
+with other requests would change its numbers too). Concurrent greedy calls therefore run
+one after another; sampled calls without a seed keep the prompt cache and the batching.
+`LocalChatModel.warm_up` loads the weights and runs them once, for timings that must
+not include loading.
 
 Every request can be stopped: it is streamed token by token, and it ends within one
 decoding step when the caller stops reading, when its awaiting task is cancelled, or
@@ -41,9 +53,10 @@ import queue
 import re
 import secrets
 import threading
+import time
 import urllib.request
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -75,6 +88,7 @@ DEFAULT_CONTEXT_SIZE = 4096
 _POLL_S = 0.05  # how often a waiting request looks at its cancellation flag
 _DONE = object()
 _EXIT_WAIT_S = 30.0
+_WARM_UP_TOKENS = 512  # llama.cpp's micro-batch: the first one this large is slow too
 
 
 class _InFlight:
@@ -146,14 +160,70 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text.encode("utf-8")) / 3)
 
 
+class _Slots:
+    """Who may decode in one engine: up to ``parallel`` requests together, or one alone.
+
+    A reproducible request (greedy or seeded) is decoded alone, since the requests batched
+    with it would change its numbers (see the module docstring). It waits until the engine
+    is empty, and while it waits no other request is let in, so a stream of sampled
+    requests cannot starve it.
+    """
+
+    def __init__(self, parallel: int) -> None:
+        self.parallel = parallel
+        self.busy = 0
+        self.alone = False
+        self.waiting_alone = 0
+        self.changed = threading.Condition()
+
+    def _free(self, alone: bool) -> bool:
+        if self.alone:
+            return False
+        if alone:
+            return self.busy == 0
+        return self.busy < self.parallel and self.waiting_alone == 0
+
+    def acquire(self, *, alone: bool, stopped: Callable[[], bool]) -> bool:
+        """Wait for a place; False if ``stopped()`` turns true first (looked at every 50 ms)."""
+        with self.changed:
+            self.waiting_alone += int(alone)
+            try:
+                while not self.changed.wait_for(lambda: self._free(alone), _POLL_S):
+                    if stopped():
+                        return False
+                self.busy += 1
+                self.alone = alone
+                return True
+            finally:
+                self.waiting_alone -= int(alone)
+                self.changed.notify_all()  # a request that stops waiting may let others in
+
+    def release(self) -> None:
+        """Give the place back."""
+        with self.changed:
+            self.busy -= 1
+            self.alone = False
+            self.changed.notify_all()
+
+
+def _reproducible(request: dict[str, Any]) -> bool:
+    """Whether ``request`` must give the same text every time: greedy, or seeded."""
+    temperature = request.get("temperature")
+    greedy = temperature is not None and float(temperature) <= 0
+    return greedy or request.get("seed") is not None
+
+
 @dataclass
 class _Engine:
     """One loaded model: the llama.cpp server, its slots and its private loopback address."""
 
     server: Any
-    slots: threading.BoundedSemaphore
+    slots: _Slots
     address: str
     api_key: str
+    warm: bool = False
+    """Whether `LocalChatModel.warm_up` ran on it."""
+    warming: threading.Lock = field(default_factory=threading.Lock)
 
     def post(self, path: str, body: dict[str, Any], timeout: float = 30.0) -> Any:
         """POST to the engine's own loopback HTTP server (tokenizer endpoints)."""
@@ -213,7 +283,7 @@ def _engine(model_path: str, context_size: int, parallel: int, threads: int, pol
                 ) from exc
             _ENGINES[key] = _Engine(
                 server=server,
-                slots=threading.BoundedSemaphore(parallel),
+                slots=_Slots(parallel),
                 address=str(server.listening_address or ""),
                 api_key=api_key,
             )
@@ -325,6 +395,27 @@ class LocalChatModel(BaseChatModel):
         """
         return self._engine().metrics()
 
+    def warm_up(self) -> float:
+        """Load the weights and run them once; the seconds it took (about 0 the next time).
+
+        The engine loads on first use, and its first requests run several times slower
+        than later ones: the weights are read from disk as the first request runs through
+        them, and the first full batch of prompt tokens is slow too. Warming decodes one
+        token after a prompt of one full batch (512 tokens, at most half the window).
+        Call it before timing anything that must not include loading; models sharing an
+        engine (the hypothesis and answer roles over one file) warm it once.
+        """
+        start = time.perf_counter()
+        engine = self._engine()
+        with engine.warming:
+            if not engine.warm:
+                words = min(_WARM_UP_TOKENS, self.context_size // 2)
+                prompt: list[BaseMessage] = [HumanMessage(" ".join(["Hello"] * words))]
+                for _ in self._events(self._request(prompt, None, max_tokens=1, temperature=0)):
+                    pass
+                engine.warm = True
+        return time.perf_counter() - start
+
     # -- token counting ----------------------------------------------------------------
 
     def get_num_tokens(self, text: str) -> int:
@@ -366,7 +457,13 @@ class LocalChatModel(BaseChatModel):
         when that callback returns True. A worker thread runs the request and a queue
         hands the chunks over, so the consumer can give up at any time.
         """
-        request = {**request, "stream": True, "stream_options": {"include_usage": True}}
+        alone = _reproducible(request)
+        request = {
+            **request,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "cache_prompt": not alone,  # a reused prefix changes a greedy request's numbers
+        }
         engine = self._engine()
         scope = current_scope()
         abandoned = threading.Event()
@@ -388,9 +485,8 @@ class LocalChatModel(BaseChatModel):
 
         # Wait for a free slot here rather than in llama.cpp's queue: a waiting request can
         # then be dropped without ever reaching the engine.
-        while not engine.slots.acquire(timeout=_POLL_S):
-            if stopped():
-                raise cancelled()
+        if not engine.slots.acquire(alone=alone, stopped=stopped):
+            raise cancelled()
         if stopped():
             engine.slots.release()
             raise cancelled()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from hyde_lc.cli.options import (
     resolve_mode,
     unit_interval,
 )
-from hyde_lc.cli.render import json_text, shown_line
+from hyde_lc.cli.render import WIDTH, json_text, shown_line, timings_line
 from hyde_lc.errors import HydeLcError
 
 OFFLINE_METRICS = (
@@ -145,6 +146,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         f"{pipeline.retrieval_method}: {summary.done} answered, {summary.skipped} already in "
         f"{shown_line(str(out))}, {summary.failed} failed (recorded with metadata.error)"
     )
+    if summary.load_s:
+        print(f"loading, kept out of the records' times: {timings_line(summary.load_s)}")
     if summary.set_aside:
         print(
             f"hyde-lc: {len(summary.set_aside)} line(s) of {shown_line(str(out))} that were "
@@ -166,8 +169,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """``hyde-lc compare``: the same questions through each mode, one report folder."""
-    from hyde_lc.evaluation.compare import check_out_dir, compare_modes
+    """``hyde-lc compare``: the same questions through each mode, one report folder.
+
+    The modes are warmed, then take turns question by question (`compare_modes`).
+    """
+    from hyde_lc.evaluation.compare import ORDER_NOTE, check_out_dir, compare_modes
     from hyde_lc.evaluation.pricing import PricingTable
     from hyde_lc.evaluation.runs import read_questions
 
@@ -199,6 +205,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         resume=not args.restart,
     )
     print("\n".join(comparison_table(report.aggregates, report.modes)))
+    print(textwrap.fill(ORDER_NOTE, WIDTH))
     if report.pairwise:
         print("judge: " + ", ".join(f"{k} {v}" for k, v in report.pairwise.items()))
     print(f"\nreport: {shown_line(str(report.html_path))}")
@@ -288,7 +295,9 @@ def add_commands(sub: Any, prompts: list[str], default_prompt: str) -> None:
         "compare",
         help="standard vs HyDE (vs expansion): report with plots",
         description="Run the same questions through each mode and write a report folder "
-        "(records per mode, scores, plots, HTML); a rerun resumes.",
+        "(records per mode, scores, plots, HTML); a rerun resumes. Every model is loaded "
+        "before the first question (its time reported apart, as load_time_s), and the modes "
+        "take turns question by question.",
     )
     compare.add_argument("questions", help="JSON Lines question file")
     compare.add_argument(

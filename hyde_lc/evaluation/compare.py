@@ -3,11 +3,24 @@
 `compare_modes` runs each named `EvaluationPipeline` (standard, hybrid, HyDE, with or
 without expansion: whatever its retriever is) over the questions, each into its own
 resumable ``<name>.jsonl`` (see `evaluate_questions`), scores the records with Ragas
-(`score_records`), and writes a report directory a person can open:
+(`score_records`), and writes a report directory a person can open.
+
+The modes are measured alike, so that a difference between them comes from what they do,
+not from when they ran. Before the first timed question every pipeline is warmed
+(`EvaluationPipeline.warm_up`: models loaded and run once, indexes opened); the seconds
+that took are reported apart (``load_time_s``, ``load_s``) and are in no latency. The
+modes then take turns question by question, the first mode changing with each question
+(`turns`), so neither always runs first or on a machine the other has just warmed. A
+local answer model gives identical prompts identical answers
+(`hyde_lc.local_llm.LocalChatModel`), so two modes that retrieve the same passages get
+the same answer.
+
+The report directory holds:
 
 - ``report.html``: aggregate table, per-question table, and the plots below;
-- ``metrics.png`` (metric bars per mode), ``latency.png`` (mean seconds per stage),
-  ``tokens.png`` (mean tokens per stage);
+- ``metrics.png`` (metric bars per mode), ``latency.png`` (mean seconds per stage per
+  question, loading excluded; each mode's load time in its legend), ``tokens.png``
+  (mean tokens per stage);
 - ``summary.json`` (everything in the tables) and the per-mode ``*.jsonl`` records.
 
 Optionally an LLM judge compares the two modes' answers question by question, asked in
@@ -38,12 +51,13 @@ import json
 import statistics
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseLanguageModel
+from tqdm.auto import tqdm
 
 from hyde_lc.errors import HydeLcError
 from hyde_lc.evaluation.ragas_metrics import mean_scores, score_records, usable
@@ -51,14 +65,21 @@ from hyde_lc.evaluation.records import EvaluationPipeline
 from hyde_lc.evaluation.results_file import exclusive
 from hyde_lc.evaluation.runs import (
     Question,
+    ResultsRun,
     check_output_file,
     check_pricing,
     check_resumable,
     check_unique_keys,
-    evaluate_questions,
+    open_run,
     read_records,
 )
 
+ORDER_NOTE = (
+    "Times exclude loading: every model and index was loaded and run once before the first "
+    "timed question (load_time_s; a model shared by modes loads in the first one warmed). "
+    "The modes took turns question by question, the first mode changing with each question."
+)
+"""How a comparison is timed and ordered, as the report says it."""
 STAGES = ("hypothesis", "embedding", "answer")
 TIME_KEYS = {
     "hypothesis": "hypothesis_time",
@@ -79,6 +100,9 @@ class ComparisonReport:
     """Per question: the question and, per mode, its metrics, time, cost and answer."""
     pairwise: dict[str, int] | None = None
     """Judge verdict counts (``<mode a>``, ``<mode b>``, ``tie``) when a judge ran."""
+    load_s: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per mode, seconds spent warming each stage before the first timed question
+    (`EvaluationPipeline.warm_up`); empty when every question was answered already."""
 
     @property
     def html_path(self) -> Path:
@@ -91,8 +115,16 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return statistics.fmean(present) if present else None
 
 
-def aggregate(records: Sequence[dict[str, Any]], scores: Sequence[dict]) -> dict[str, Any]:
-    """Mean metrics, latency per stage, tokens per stage and total cost of one mode."""
+def aggregate(
+    records: Sequence[dict[str, Any]],
+    scores: Sequence[dict],
+    load_time_s: float | None = None,
+) -> dict[str, Any]:
+    """Mean metrics, latency per stage, tokens per stage and total cost of one mode.
+
+    ``load_time_s`` (the seconds its pipeline took to warm, None if it was not warmed)
+    is reported beside the latencies, never in them.
+    """
     ran = [r for r in records if usable(r)]
     metas = [r["metadata"] for r in ran]
     out: dict[str, Any] = {"questions": len(records), "failed": len(records) - len(ran)}
@@ -100,6 +132,7 @@ def aggregate(records: Sequence[dict[str, Any]], scores: Sequence[dict]) -> dict
     times = [m["execution_time"] for m in metas]
     out["latency_mean_s"] = _mean(times)
     out["latency_p50_s"] = statistics.median(times) if times else None
+    out["load_time_s"] = load_time_s
     for stage, key in TIME_KEYS.items():
         out[f"{stage}_time_mean_s"] = _mean([m[key] for m in metas])
     for stage in STAGES:
@@ -161,19 +194,57 @@ def compare_modes(
     with ExitStack() as held:
         for path in [folder / "report.html", *files.values()]:
             held.enter_context(exclusive(path, "--out-dir"))
-        if resume:  # every file, before any question of any mode is asked
+        if resume:  # every file, before any file is changed or any question is asked
             for name, pipeline in pipelines.items():
                 check_resumable(files[name], pipeline, flag="--out-dir")
+        with ExitStack() as running:
+            runs = {
+                name: running.enter_context(
+                    open_run(questions, pipeline, files[name], resume=resume, flag="--out-dir")
+                )
+                for name, pipeline in pipelines.items()
+            }
+            load_s = {}
+            if any(run.todo for run in runs.values()):
+                load_s = {name: pipeline.warm_up() for name, pipeline in pipelines.items()}
+            ask_in_turns(questions, runs, progress=progress)
         records: dict[str, list[dict[str, Any]]] = {}
         scores: dict[str, list[dict]] = {}
-        for name, pipeline in pipelines.items():
-            evaluate_questions(questions, pipeline, files[name], resume=resume, progress=progress)
+        for name in pipelines:
             by_key = {r["metadata"].get("question_key"): r for r in read_records(files[name])}
             records[name] = [by_key[q.key] for q in questions]  # the file may hold others too
             scores[name] = score_records(
                 records[name], metrics, judge_llm=judge_llm, judge_embeddings=judge_embeddings
             )
-        return _report(questions, folder, records, scores, list(pipelines), pairwise_judge)
+        return _report(questions, folder, records, scores, list(pipelines), pairwise_judge, load_s)
+
+
+def turns(modes: Sequence[str], index: int) -> list[str]:
+    """The order in which ``modes`` answer question ``index`` (from 0): rotated by one each.
+
+    With two modes they alternate; with n, each goes first once every n questions.
+
+    Example:
+        >>> [turns(["standard", "hyde"], i) for i in range(3)]
+        [['standard', 'hyde'], ['hyde', 'standard'], ['standard', 'hyde']]
+
+    """
+    shift = index % len(modes) if modes else 0
+    return [*modes[shift:], *modes[:shift]]
+
+
+def ask_in_turns(
+    questions: Sequence[Question], runs: Mapping[str, ResultsRun], *, progress: bool = True
+) -> None:
+    """Ask each question of every run that still lacks it, the modes taking `turns`."""
+    modes = list(runs)
+    label = ", ".join(run.pipeline.retrieval_method for run in runs.values())
+    pending = [q for q in questions if any(run.pending(q) for run in runs.values())]
+    shown = tqdm(pending, desc=f"compare ({label})", disable=not progress)
+    for index, question in enumerate(shown):
+        for mode in turns(modes, index):
+            if runs[mode].pending(question):
+                runs[mode].ask(question)
 
 
 def check_out_dir(folder: Path, modes: Sequence[str], *, resume: bool) -> None:
@@ -195,9 +266,13 @@ def _report(
     scores: dict[str, list[dict]],
     modes: list[str],
     pairwise_judge: BaseLanguageModel | None,
+    load_s: dict[str, dict[str, float]],
 ) -> ComparisonReport:
     """Aggregate, per-question rows and the judge's verdicts, written to ``folder``."""
-    aggregates = {m: aggregate(records[m], scores[m]) for m in modes}
+    aggregates = {
+        m: aggregate(records[m], scores[m], sum(load_s[m].values()) if m in load_s else None)
+        for m in modes
+    }
     per_question = []
     for i, question in enumerate(questions):
         row: dict[str, Any] = {"question": question.question}
@@ -222,7 +297,7 @@ def _report(
                 winner = {"first": first, "second": second}.get(verdict, "tie")
                 row["judge_prefers"] = winner
                 pairwise[winner] += 1
-    report = ComparisonReport(folder, modes, aggregates, per_question, pairwise)
+    report = ComparisonReport(folder, modes, aggregates, per_question, pairwise, load_s)
     write_report(report)
     return report
 
@@ -249,8 +324,8 @@ def _plots(report: ComparisonReport) -> list[str]:
     files = []
     charts = [
         ("metrics.png", "Ragas metrics (higher is better)", metric_names, metric_names),
-        ("latency.png", "Mean seconds per stage", [f"{s}_time_mean_s" for s in TIME_KEYS],
-         list(TIME_KEYS)),
+        ("latency.png", "Mean seconds per stage per question (model loading excluded)",
+         [f"{s}_time_mean_s" for s in TIME_KEYS], list(TIME_KEYS)),
         ("tokens.png", "Mean tokens per stage", [f"{s}_tokens_mean" for s in STAGES],
          list(STAGES)),
     ]  # fmt: skip
@@ -263,7 +338,7 @@ def _plots(report: ComparisonReport) -> list[str]:
         x = np.arange(len(keys))
         for j, mode in enumerate(modes):
             values = [agg[mode].get(k) or 0.0 for k in keys]
-            ax.bar(x + j * width, values, width, label=mode)
+            ax.bar(x + j * width, values, width, label=_legend(mode, agg[mode], filename))
         ax.set_xticks(x + width * (len(modes) - 1) / 2, labels, rotation=20, ha="right")
         ax.set_title(title)
         ax.legend()
@@ -273,6 +348,14 @@ def _plots(report: ComparisonReport) -> list[str]:
     return files
 
 
+def _legend(mode: str, aggregates: dict[str, Any], filename: str) -> str:
+    """A mode's name in a plot's legend; in the latency plot, with its load time apart."""
+    load = aggregates.get("load_time_s")
+    if filename != "latency.png" or load is None:
+        return mode
+    return f"{mode} (loading, once: {load:.1f} s)"
+
+
 def write_report(report: ComparisonReport) -> None:
     """``summary.json``, the PNG plots and ``report.html`` into ``report.out_dir``."""
     summary = {
@@ -280,6 +363,8 @@ def write_report(report: ComparisonReport) -> None:
         "aggregates": report.aggregates,
         "per_question": report.per_question,
         "pairwise": report.pairwise,
+        "load_s": report.load_s,
+        "order": ORDER_NOTE,
     }
     (report.out_dir / "summary.json").write_text(
         json.dumps(summary, indent=2, ensure_ascii=False), "utf-8"
@@ -313,6 +398,18 @@ def write_report(report: ComparisonReport) -> None:
         if report.pairwise
         else ""
     )
+    loading = "".join(
+        f"<li>{esc(m)}: "
+        + ", ".join(f"{esc(stage)} {seconds:.2f} s" for stage, seconds in report.load_s[m].items())
+        + "</li>"
+        for m in report.modes
+        if m in report.load_s
+    )
+    method = f"<p>{esc(ORDER_NOTE)}</p>" + (
+        f"<p>Loading before the first timed question:</p><ul>{loading}</ul>"
+        if loading
+        else "<p>Every question was answered by an earlier run: its loading is not known.</p>"
+    )
     heads = "".join(f"<th>{esc(m)}</th>" for m in report.modes)
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>hyde_lc comparison</title>
@@ -320,6 +417,7 @@ def write_report(report: ComparisonReport) -> None:
 td,th{{border:1px solid #ccc;padding:4px 8px;vertical-align:top;text-align:left}}</style>
 </head><body><h1>hyde_lc: {esc(" vs ".join(report.modes))}</h1>
 <h2>Aggregate</h2><table><tr><th></th>{heads}</tr>{agg_rows}</table>
+{method}
 {"".join(f'<p><img src="{esc(i)}" alt="{esc(i)}"></p>' for i in images)}
 {judge}
 <h2>Per question</h2><table><tr><th>question</th>{heads}</tr>{q_rows}</table>

@@ -12,7 +12,9 @@ from a store, a mode and HyDERetriever's own fields (load once, ask many);
 
 - times: ``execution_time`` (wall clock, seconds), ``hypothesis_time`` (writing the
   hypotheses), ``retrieval_time`` (embedding, search and neighbour expansion: everything
-  in retrieval but the LLM), ``answer_time``, and the finer ``timings``;
+  in retrieval but the LLM), ``answer_time``, and the finer ``timings``; loading the
+  models is in them unless the pipeline was warmed first (`EvaluationPipeline.warm_up`,
+  as `hyde_lc.evaluation.evaluate_questions` and ``compare_modes`` do);
 - tokens and cost per stage in ``stages`` (``hypothesis``, ``embedding``, ``answer``), each
   with its provider, model, tokens, ``usage_source`` and ``cost_source``; and the totals
   ``input_tokens`` / ``output_tokens`` (LLM stages), ``embedding_tokens`` (every text the
@@ -78,6 +80,8 @@ from hyde_lc.retriever import HyDEResult, HyDERetriever
 
 Mode = Literal["hyde", "standard"]
 MODES = ("hyde", "standard")
+WARM_UP_QUERY = "Which search terms open the indexes before timing?"
+"""What `EvaluationPipeline.warm_up` searches for."""
 
 
 def default_mode(
@@ -284,6 +288,32 @@ class EvaluationPipeline:
         return dict(out)
 
     # -- public ------------------------------------------------------------------------
+
+    def warm_up(self) -> dict[str, float]:
+        """Load and run once what this pipeline uses, before timing it; seconds per stage.
+
+        A local model loads on first use, and its first requests run much slower than
+        later ones; the embedding model and the vector and BM25 indexes open on first
+        use too. Warming keeps that out of every record's times. ``retrieval``: one
+        search for a fixed text, question alone (no hypothesis is written or cached);
+        ``hypothesis`` and ``answer``: the model's own ``warm_up``
+        (`hyde_lc.local_llm.LocalChatModel.warm_up`), for models that have one; a model
+        without one (a remote model) is not called, so warming costs no tokens. What an
+        earlier pipeline warmed (a shared store, model or engine) takes about 0 s.
+        """
+        seconds: dict[str, float] = {}
+        start = time.perf_counter()
+        searching = self.hyde_retriever
+        embedded = searching.embed(WARM_UP_QUERY, [])
+        searching.search(searching.fuse(embedded), searching.k, query=WARM_UP_QUERY)
+        seconds["retrieval"] = time.perf_counter() - start
+        for stage, llm in (("hypothesis", self.hyde_llm), ("answer", self.answer_llm)):
+            warm_up = getattr(llm, "warm_up", None)
+            if callable(warm_up):
+                start = time.perf_counter()
+                warm_up()
+                seconds[stage] = time.perf_counter() - start
+        return seconds
 
     def run(
         self,

@@ -7,6 +7,9 @@ Output (JSON Lines): one `EvaluationPipeline` record per question, in input orde
 with ``metadata.question_key`` (line number and a hash of the question) and
 ``metadata.settings`` (`run_settings`: the retrieval method and every retriever setting
 that shapes it, hybrid weights included; the window, the models, the collection...).
+Before the first question is asked the pipeline is warmed (`EvaluationPipeline.warm_up`:
+models loaded and run once, indexes opened), so no record's times include loading;
+`RunSummary.load_s` gives the seconds that took.
 
 Resuming: records are appended and flushed one by one, so an interrupted run keeps
 everything it finished; running the same command again skips the questions already in
@@ -39,7 +42,8 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,6 +113,9 @@ class RunSummary:
     """Line numbers of the output file that were not records, moved to `corrupt_file`."""
     corrupt_file: Path | None = None
     """``<out>.corrupt``, when lines were moved there."""
+    load_s: dict[str, float] = field(default_factory=dict)
+    """Seconds spent loading the models and indexes before the first question, per stage
+    (`EvaluationPipeline.warm_up`); in no record's times. Empty when nothing was asked."""
 
 
 def question_key(line: int, question: str) -> str:
@@ -401,32 +408,128 @@ def evaluate_questions(
     ``resume=False`` starts ``out`` afresh. Everything is checked before the first
     question is asked: distinct question keys, the pricing table, the output file (not a
     folder, not another kind of file, not held by another run) and, when resuming, that
-    its records were made with this pipeline's settings.
+    its records were made with this pipeline's settings. When there is a question to ask,
+    the pipeline's models and indexes are loaded first (`EvaluationPipeline.warm_up`), so
+    no record's times include loading; the summary gives the seconds that took.
+    """
+    with open_run(questions, pipeline, out, resume=resume, retry_errors=retry_errors) as run:
+        load_s = pipeline.warm_up() if run.todo else {}
+        method = pipeline.retrieval_method
+        for question in tqdm(run.todo, desc=f"evaluate ({method})", disable=not progress):
+            run.ask(question)
+    return run.summary(load_s)
+
+
+class ResultsRun:
+    """One pipeline answering into its results file, a question at a time (`open_run`).
+
+    ``todo`` holds the questions not yet in the file, in order; `ask` answers one and
+    appends its record, synced to disk. `evaluate_questions` asks them in turn;
+    `hyde_lc.evaluation.compare.compare_modes` takes turns between the runs of several
+    pipelines, question by question.
+    """
+
+    def __init__(
+        self,
+        pipeline: EvaluationPipeline,
+        target: Path,
+        questions: Sequence[Question],
+        done_keys: set[str],
+        sink: Any,
+        set_aside: tuple[int, ...] = (),
+        corrupt_file: Path | None = None,
+    ) -> None:
+        self.pipeline = pipeline
+        self.target = target
+        self.total = len(questions)
+        self.skipped = len(done_keys)
+        self.todo = [q for q in questions if q.key not in done_keys]
+        self.asked = 0
+        self.failed = 0
+        self.set_aside = set_aside
+        self.corrupt_file = corrupt_file
+        self._pending = {q.key for q in self.todo}
+        self._settings = run_settings(pipeline)
+        self._sink = sink
+
+    def pending(self, question: Question) -> bool:
+        """Whether ``question`` is still to be asked in this run."""
+        return question.key in self._pending
+
+    def ask(self, question: Question) -> dict[str, Any]:
+        """Answer ``question``, append its record and sync it; a failure is recorded too.
+
+        Raises only when the Chroma server is gone (every later question would fail).
+        """
+        pipeline = self.pipeline
+        try:
+            record = pipeline.run(
+                question.question,
+                reference=question.reference,
+                reference_contexts=question.reference_contexts,
+                reference_context_ids=question.reference_context_ids,
+            )
+        except Exception as exc:  # recorded per question; the run goes on
+            _stop_if_server_lost(pipeline, exc, self.target)
+            record = _failure(question, pipeline, exc)
+            self.failed += 1
+        record["metadata"]["question_key"] = question.key
+        record["metadata"]["settings"] = self._settings
+        if question.extra:
+            record["metadata"]["input"] = question.extra
+        self._sink.write(encode(record))
+        self._sink.flush()
+        os.fsync(self._sink.fileno())
+        self._pending.discard(question.key)
+        self.asked += 1
+        return record
+
+    def summary(self, load_s: dict[str, float] | None = None) -> RunSummary:
+        """What the run did so far."""
+        return RunSummary(
+            total=self.total,
+            done=self.asked - self.failed,
+            skipped=self.skipped,
+            failed=self.failed,
+            set_aside=self.set_aside,
+            corrupt_file=self.corrupt_file,
+            load_s=dict(load_s or {}),
+        )
+
+
+@contextmanager
+def open_run(
+    questions: Sequence[Question],
+    pipeline: EvaluationPipeline,
+    out: str | os.PathLike[str],
+    *,
+    resume: bool = True,
+    retry_errors: bool = False,
+    flag: str = "--out",
+) -> Iterator[ResultsRun]:
+    """``out`` checked, held and tidied for ``pipeline``'s run over ``questions``.
+
+    Checks what `evaluate_questions` checks (``flag`` names the option that chose the
+    file in the messages), holds the file for the block (`exclusive`), moves lines that
+    are not records aside and, with ``retry_errors``, drops failed records to ask them
+    again. When the block ends normally, records are put in question order.
     """
     target = Path(out)
     check_unique_keys(questions)
     check_pricing(pipeline)
-    _check_path(target, "--out")
-    settings = run_settings(pipeline)
+    _check_path(target, flag)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with exclusive(target, "--out"):
-        contents = check_resumable(target, pipeline) if resume else None
+    with exclusive(target, flag):
+        contents = check_resumable(target, pipeline, flag=flag) if resume else None
         kept, moved, corrupt = _prepare(target, contents, retry_errors)
         wanted = {q.key for q in questions}
         done_keys = {line.record["metadata"]["question_key"] for line in kept if line.record}
         done_keys &= wanted
-        todo = [q for q in questions if q.key not in done_keys]
-        failed = _run(todo, pipeline, target, settings, progress)
-        if done_keys and todo:
+        with target.open("ab") as sink:
+            run = ResultsRun(pipeline, target, questions, done_keys, sink, moved, corrupt)
+            yield run
+        if done_keys and run.asked:
             _reorder(target, questions)
-    return RunSummary(
-        total=len(questions),
-        done=len(todo) - failed,
-        skipped=len(done_keys),
-        failed=failed,
-        set_aside=moved,
-        corrupt_file=corrupt,
-    )
 
 
 def _prepare(
@@ -472,39 +575,6 @@ def _line_numbers(numbers: Sequence[int], shown: int = 10) -> str:
     rest = len(numbers) - min(shown, len(numbers) - 1)
     tail = str(numbers[-1]) if rest == 1 else f"{rest} more"
     return f"lines {head} and {tail} are"
-
-
-def _run(
-    todo: Sequence[Question],
-    pipeline: EvaluationPipeline,
-    target: Path,
-    settings: dict[str, Any],
-    progress: bool,
-) -> int:
-    """Ask ``todo`` in order, appending and syncing each record; returns the failures."""
-    failed = 0
-    method = pipeline.retrieval_method
-    with target.open("ab") as sink:
-        for question in tqdm(todo, desc=f"evaluate ({method})", disable=not progress):
-            try:
-                record = pipeline.run(
-                    question.question,
-                    reference=question.reference,
-                    reference_contexts=question.reference_contexts,
-                    reference_context_ids=question.reference_context_ids,
-                )
-            except Exception as exc:  # recorded per question; the run goes on
-                _stop_if_server_lost(pipeline, exc, target)
-                record = _failure(question, pipeline, exc)
-                failed += 1
-            record["metadata"]["question_key"] = question.key
-            record["metadata"]["settings"] = settings
-            if question.extra:
-                record["metadata"]["input"] = question.extra
-            sink.write(encode(record))
-            sink.flush()
-            os.fsync(sink.fileno())
-    return failed
 
 
 def _reorder(target: Path, questions: Sequence[Question]) -> None:
