@@ -36,6 +36,7 @@ from langchain_core.retrievers import BaseRetriever
 from hyde_lc import NeighborExpandingRetriever
 from hyde_lc.bench.speed import add_in_batches
 from hyde_lc.ingest import chunk_id
+from hyde_lc.store import existing_collection
 
 WINDOWS = 4
 LONG = 1000
@@ -121,7 +122,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         store, docs = build(folder, args.chunks)
         spans = windows(docs)
-        collection = store._collection
+        collection = existing_collection(store)
         include: Any = ["documents", "metadatas"]
         or_of_ranges = {
             "$or": [

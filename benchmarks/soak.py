@@ -54,6 +54,7 @@ from hyde_lc.bench.speed import (
     clustered_vectors,
     percentiles,
 )
+from hyde_lc.store import existing_collection, max_write, prepare_write
 
 MODES = ("embedded", "server")
 MEMORY_BOUND_MB = 50.0
@@ -185,8 +186,8 @@ def build_collection(store: Any, vectors: np.ndarray, per_document: int = 50) ->
     """
     count = len(vectors)
     return add_in_batches(
-        store._collection,
-        int(store._client.get_max_batch_size()),
+        prepare_write(store),
+        max_write(store),
         [f"c{i}" for i in range(count)],
         vectors,
         [f"chunk {i}" for i in range(count)],
@@ -292,7 +293,7 @@ def soak_mode(
         if server is not None:
             pids["server"] = server.pid
         build_s = build_collection(store, vectors)
-        count = store._collection.count()
+        count = existing_collection(store).count()
         for name, pid in pids.items():
             memory[name]["after_build"] = rss_mb(pid)
         llm = SimulatedRemoteChat(latency=0.0) if hypotheses else None

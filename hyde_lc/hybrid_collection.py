@@ -35,8 +35,8 @@ at the next write.
 
 Example:
     >>> from hyde_lc import open_store
-    >>> collection = HybridCollection.of(open_store())  # doctest: +SKIP
-    >>> with collection.writing() as write:  # doctest: +SKIP
+    >>> store = open_store()  # doctest: +SKIP
+    >>> with HybridCollection.of(store).writing() as write:  # doctest: +SKIP
     ...     write.delete(["chunk-id"])
 
 """
@@ -104,6 +104,7 @@ class Snapshot:
     """The last finished write's sequence number (0: none recorded)."""
     pending: tuple[str, ...]
     """Document versions being written in parts or removed: searches leave them out."""
+    writing: int | None
     count: int
     """Chunks the collection held (visible or not); -1 when not read this time."""
     read_at: float
@@ -121,16 +122,29 @@ class Write:
         self.seq = seq
         self.new_collection = owner.chroma_collection() is None
         """Whether the collection is created by this write (its index starts empty)."""
+        self.index_failed = False
+        """Whether the lexical index failed to take one of its changes (rebuilt at the end)."""
         self.touched = False
         """Whether the write changed anything (only then does the head move)."""
-        self._collection: Any = None
+        self._chroma: Any = None
+
+    def _begin(self) -> None:
+        """Before the write's first change: mark it under way in the collection's metadata.
+
+        The mark goes when the head moves to this write; a mark left behind with no writer
+        holding the lock tells readers of a store folder that a writer was killed.
+        """
+        if not self.touched:
+            self.collection  # noqa: B018 - created (model recorded) before the mark
+            chroma.set_metadata_value(self.owner.store, chroma.META_WRITING, self.seq)
+            self.touched = True
 
     @property
     def collection(self) -> Any:
         """The chromadb collection written (created, model recorded, by the first write)."""
-        if self._collection is None:
-            self._collection = self.owner.chroma_collection(create=True)
-        return self._collection
+        if self._chroma is None:
+            self._chroma = self.owner.chroma_collection(create=True)
+        return self._chroma
 
     def upsert(
         self,
@@ -141,7 +155,7 @@ class Write:
     ) -> None:
         """Write records in one Chroma call (one transaction): all of them or none."""
         stamped = [{**(meta or {}), chroma.SEQ: self.seq} for meta in metadatas]
-        self.touched = True
+        self._begin()
         self.collection.upsert(
             ids=list(ids), embeddings=vectors, metadatas=stamped, documents=list(documents)
         )
@@ -156,7 +170,7 @@ class Write:
     ) -> None:
         """Change existing records (Chroma's ``update``) in one call."""
         stamped = [{**(meta or {}), chroma.SEQ: self.seq} for meta in metadatas]
-        self.touched = True
+        self._begin()
         self.collection.update(
             ids=list(ids), embeddings=vectors, metadatas=stamped, documents=list(documents)
         )
@@ -169,7 +183,7 @@ class Write:
         size = batch or chroma.max_write(self.owner.store)
         for start in range(0, len(ids), size):
             part = [str(i) for i in ids[start : start + size]]
-            self.touched = True
+            self._begin()
             self.owner.log_deletions(part, self.seq)
             self.collection.delete(ids=part)
             self.owner.index_now((), part, self)
@@ -185,7 +199,7 @@ class Write:
 
     def set_pending(self, add: Iterable[str] = (), remove: Iterable[str] = ()) -> list[str]:
         """Change the versions searches leave out, in one metadata write."""
-        self.touched = True
+        self._begin()
         after = chroma.set_pending(self.owner.store, add=add, remove=remove)
         self.owner.forget_snapshot()
         return after
@@ -212,7 +226,8 @@ class HybridCollection:
 
     Example:
         >>> from hyde_lc import open_store
-        >>> hybrid = HybridCollection.of(open_store())  # doctest: +SKIP
+        >>> store = open_store()  # doctest: +SKIP
+        >>> hybrid = HybridCollection.of(store)  # held weakly: keep the store  # doctest: +SKIP
         >>> hybrid.search(lexical_query("Fresnel"), k=3)  # doctest: +SKIP
 
     """
@@ -294,7 +309,7 @@ class HybridCollection:
     def _read_snapshot(self) -> Snapshot:
         collection = self.chroma_collection()
         if collection is None:
-            return Snapshot(0, (), 0, time.monotonic())
+            return Snapshot(0, (), None, 0, time.monotonic())
         metadata = chroma.fresh_metadata(self.store)
         now = time.monotonic()
         count = -1  # not read this time
@@ -303,6 +318,7 @@ class HybridCollection:
         return Snapshot(
             head=int(metadata.get(chroma.META_HEAD) or 0),
             pending=tuple(chroma.pending_in(metadata)),
+            writing=_int_or_none(metadata.get(chroma.META_WRITING)),
             count=count,
             read_at=now,
         )
@@ -320,8 +336,9 @@ class HybridCollection:
         was behind or missing).
         """
         with self._write_lock():
-            seq = self._roll_forward() + 1
-            write = Write(self, seq)
+            latest, head = self._roll_forward()
+            write = Write(self, latest + 1)
+            write.touched = latest != head  # the head must pass the write finished here
             try:
                 yield write
             finally:
@@ -341,12 +358,13 @@ class HybridCollection:
         with lock:
             yield
 
-    def _roll_forward(self) -> int:
-        """The last write's number, after finishing any write that was killed midway."""
+    def _roll_forward(self) -> tuple[int, int]:
+        """``(last write's number, head)``, after finishing a write that was killed midway."""
         collection = self.chroma_collection()
         if collection is None:
-            return 0
-        head = int(chroma.fresh_metadata(self.store).get(chroma.META_HEAD) or 0)
+            return 0, 0
+        metadata = chroma.fresh_metadata(self.store)
+        head = int(metadata.get(chroma.META_HEAD) or 0)
         past = {SEQ_KEY: {"$gt": head}}
         latest = head
         feed = self.feed(create=False)
@@ -361,9 +379,10 @@ class HybridCollection:
         stray = collection.get(where=past, include=["metadatas"], limit=_PAGE)
         for meta in stray["metadatas"] or []:
             latest = max(latest, int((meta or {}).get(SEQ_KEY, 0)))
-        if latest != head:
+        if latest != head or metadata.get(chroma.META_WRITING) is not None:
             logger.info("finishing an interrupted write to the collection (write %d)", latest)
-        return latest
+            latest = max(latest, head + 1)
+        return latest, head
 
     def _finish(self, write: Write) -> None:
         if self.chroma_collection() is None:
@@ -378,10 +397,14 @@ class HybridCollection:
         with self._index_lock():
             index = self._open_index()
             cursor = index.cursor() if index is not None else None
-            if index is None or cursor is None or cursor < write.seq - 1:
-                self._catch_up_locked()
-            elif write.touched:
-                index.mark(write.seq)  # its changes are in already (`index_now`)
+            if write.index_failed or index is None or cursor is None or cursor < write.seq - 1:
+                rebuild = not self._catch_up_locked()
+            else:
+                rebuild = False
+                if write.touched:
+                    index.mark(write.seq)  # its changes are in already (`index_now`)
+        if rebuild or write.index_failed:
+            self.rebuild()
 
     def index_now(
         self, added: Sequence[tuple[str, str, dict[str, Any]]], deleted: Sequence[str], write: Write
@@ -397,8 +420,8 @@ class HybridCollection:
             index = self._open_index()
             if index is None and write.new_collection:
                 index = self._start_empty_locked()
-            if index is not None:
-                index.apply(added, deleted)
+            if index is not None and not write.index_failed:
+                write.index_failed = not self._apply(index, added, deleted)
 
     def _start_empty_locked(self) -> LexicalIndex:
         """An empty index for a collection this write creates (nothing to read back)."""
@@ -476,6 +499,18 @@ class HybridCollection:
                 page["ids"], page["documents"] or [], page["metadatas"] or [], strict=True
             )
         ]
+        deleted = list(dict.fromkeys(deleted))  # a chunk deleted by several writes
+        collection = self.chroma_collection()
+        if deleted and collection is not None:
+            # A writer killed between logging a deletion and doing it left the chunk in
+            # Chroma: it stays in the index too (the next writer deletes both).
+            step = chroma.max_write(self.store)
+            still = {
+                str(i)
+                for start in range(0, len(deleted), step)
+                for i in collection.get(ids=deleted[start : start + step], include=[])["ids"]
+            }
+            deleted = [i for i in deleted if i not in still]
         return deleted, added
 
     # -- the lexical index ------------------------------------------------------------------
@@ -527,7 +562,9 @@ class HybridCollection:
         if self.chroma_collection() is None or self.base is None:
             return None
         with self._index_lock():
-            self._catch_up_locked(snap)
+            caught_up = self._catch_up_locked(snap)
+        if not caught_up:
+            self.rebuild()
         return self._index
 
     def _fresh(self, index: LexicalIndex, snap: Snapshot) -> bool:
@@ -535,38 +572,56 @@ class HybridCollection:
         return cursor is not None and cursor >= snap.head
 
     def _after_refresh(self, snap: Snapshot) -> None:
-        """On each state read: reopen a switched index, and check the chunk counts agree.
+        """On each state read: reopen a switched index; index what a killed writer left.
 
         The index holds every chunk of the collection (those of a write under way too),
-        so its count must equal the collection's. When it does not, what a write under
-        way has done so far is indexed first; a difference that remains while no write
-        is under way means the collection was changed outside hyde_lc (a chunk added or
-        deleted by another program), and the index is rebuilt.
+        so its count must equal the collection's. A write marked under way while no
+        writer holds the store's lock was killed: what it did is indexed now, as the
+        dense side already finds it. A count that still differs while no write is under
+        way means the collection was changed outside hyde_lc (a chunk added or deleted
+        by another program), and the index is rebuilt.
         """
         if self.base is None:
             return
-        index = self._open_index()
-        if index is None:
-            return
-        index.reload()
-        cursor = index.cursor()
-        if snap.count < 0 or cursor is None or cursor < snap.head or len(index) == snap.count:
-            return
-        if self._write_under_way(snap.head):
-            return  # its chunks are not searchable yet; its end moves the head
-        with self._index_lock():
+        rebuild = False
+        with self._index_lock():  # a rebuild elsewhere may switch folders meanwhile
+            index = self._open_index()
+            if index is None:
+                return
+            index.reload()
+            cursor = index.cursor()
+            if cursor is None or cursor < snap.head:
+                return  # the search's catch-up comes next
+            differs = snap.count >= 0 and len(index) != snap.count
+            if not differs and snap.writing is None:
+                return
+            if self._write_under_way(snap.head):
+                return  # its end moves the head, and readers catch up then
             deleted, added = self.changes_since(cursor)
+            if not self._apply(index, added, deleted):
+                rebuild = True
+            elif snap.count >= 0 and len(index) != snap.count:
+                logger.warning(
+                    "%s: the lexical index holds %d chunks and the collection %d: the "
+                    "collection was changed outside hyde_lc; rebuilding the index",
+                    chroma.collection_name(self.store),
+                    len(index),
+                    snap.count,
+                )
+                rebuild = True
+        if rebuild:
+            self.rebuild()
+
+    def _apply(
+        self, index: LexicalIndex, added: Sequence[tuple[str, str, dict]], deleted: Sequence[str]
+    ) -> bool:
+        """Apply changes; False if the index failed (damaged, e.g. by a kill mid-commit)."""
+        try:
             index.apply(added, deleted)
-        if len(index) == snap.count or self._write_under_way(snap.head):
-            return
-        logger.warning(
-            "%s: the lexical index holds %d chunks and the collection %d: the collection "
-            "was changed outside hyde_lc; rebuilding the index",
-            chroma.collection_name(self.store),
-            len(index),
-            snap.count,
-        )
-        self.rebuild()
+        except (ValueError, OSError) as exc:
+            logger.warning("the lexical index failed to take a change (%s): rebuilding it", exc)
+            return False
+        return True
 
     def _write_under_way(self, head: int) -> bool:
         """Whether a write is under way.
@@ -585,19 +640,19 @@ class HybridCollection:
         feed = self.feed(create=False)
         return feed is not None and bool(feed.get(where=past, limit=1, include=[])["ids"])
 
-    def _catch_up_locked(self, snap: Snapshot | None = None) -> None:
-        """Under the index lock: bring the index to the head, or rebuild it."""
+    def _catch_up_locked(self, snap: Snapshot | None = None) -> bool:
+        """Under the index lock: bring the index to the head; False if it must be rebuilt."""
         index = self._open_index()
         metadata = chroma.fresh_metadata(self.store)
         head = int(metadata.get(chroma.META_HEAD) or 0)
         cursor = index.cursor() if index is not None else None
         if index is None or cursor is None or cursor < int(metadata.get(META_FEED_FLOOR) or 0):
-            self.rebuild()
-            return
+            return False
         if cursor >= head:
-            return
+            return True
         deleted, added = self.changes_since(cursor)
-        index.apply(added, deleted)
+        if not self._apply(index, added, deleted):
+            return False
         index.mark(head)
         logger.info(
             "lexical index of %s caught up from write %d to %d (%d written, %d deleted)",
@@ -607,6 +662,7 @@ class HybridCollection:
             len(added),
             len(deleted),
         )
+        return True
 
     def rebuild(self) -> None:
         """Index every chunk of the collection afresh in a new folder, then switch to it.
@@ -650,8 +706,10 @@ class HybridCollection:
             shutil.rmtree(base / name, ignore_errors=True)
             raise
         self.forget_snapshot()
+        # The folder replaced stays for readers still searching it; the next rebuild
+        # removes folders replaced long enough ago (`_clear_other_layout`).
         if old and old != name:
-            shutil.rmtree(base / old, ignore_errors=True)
+            os.utime(base / old)
 
     def _head(self) -> int:
         return int(chroma.fresh_metadata(self.store).get(chroma.META_HEAD) or 0)
@@ -728,6 +786,10 @@ def visible(metadata: dict[str, Any], snap: Snapshot) -> bool:
     return not (snap.pending and metadata.get(chroma.DOC_VERSION) in snap.pending)
 
 
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _seq(metadata: dict[str, Any]) -> int:
     seq = metadata.get(SEQ_KEY)
     return seq if isinstance(seq, int) else 0
@@ -744,13 +806,28 @@ def feed_name(collection: str) -> str:
     return f"{collection[:480]}-{digest}.hyde_lc_feed"
 
 
-def _clear_other_layout(base: Path) -> None:
-    """Remove an index of an older layout kept directly in ``base`` (not in a subfolder)."""
+def _clear_other_layout(base: Path, keep_replaced_s: float = 600) -> None:
+    """Remove what no search uses in ``base``.
+
+    That is an index of an older layout kept in ``base`` itself, and index folders replaced
+    more than ``keep_replaced_s`` seconds ago (or left by a rebuild that was killed).
+    """
     if not base.exists():
         base.mkdir(parents=True)
         return
+    try:
+        current = (base / CURRENT_FILE).read_text(encoding="utf-8").strip()
+    except OSError:
+        current = ""
+    now = time.time()
     for entry in base.iterdir():
-        keep = entry.name == CURRENT_FILE or (entry.is_dir() and entry.name.startswith("idx-"))
+        keep = entry.name == CURRENT_FILE or entry.name.startswith(f"{CURRENT_FILE}.")
+        if entry.is_dir() and entry.name.startswith("idx-"):
+            try:
+                recent = now - entry.stat().st_mtime < keep_replaced_s
+            except OSError:
+                recent = False
+            keep = entry.name == current or recent
         if not keep:
             if entry.is_dir():
                 shutil.rmtree(entry, ignore_errors=True)

@@ -43,6 +43,7 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -231,21 +232,30 @@ class LexicalIndex:
         """Remove ``deleted`` ids, then index ``added`` chunks, in one commit."""
         with self._lock:
             writer = self._writer()
-            for chunk_id in deleted:
-                writer.delete_documents_by_term("id", chunk_id)
-            for chunk in added:
-                chunk_id, text = chunk[0], chunk[1]
-                writer.delete_documents_by_term("id", chunk_id)
-                doc = self._tantivy.Document()
-                doc.add_text("id", chunk_id)
-                metadata = chunk[2] if len(chunk) > 2 else None
-                for key, value in (metadata or {}).items():
-                    term = meta_term(str(key), value)
-                    if term is not None:
-                        doc.add_text("meta", term)
-                doc.add_text("terms", " ".join(analyze(text)))
-                writer.add_document(doc)
-            self._commit(writer)
+            try:
+                for chunk_id in deleted:
+                    writer.delete_documents_by_term("id", chunk_id)
+                for chunk in added:
+                    writer.delete_documents_by_term("id", chunk[0])
+                    writer.add_document(self._document(chunk))
+                self._commit(writer)
+            except BaseException:
+                # Let go of tantivy's writer lock at once (a traceback would keep it held).
+                with suppress(Exception):
+                    writer.rollback()
+                del writer
+                raise
+
+    def _document(self, chunk: tuple[str, str] | tuple[str, str, dict[str, Any]]) -> Any:
+        doc = self._tantivy.Document()
+        doc.add_text("id", chunk[0])
+        metadata = chunk[2] if len(chunk) > 2 else None
+        for key, value in (metadata or {}).items():
+            term = meta_term(str(key), value)
+            if term is not None:
+                doc.add_text("meta", term)
+        doc.add_text("terms", " ".join(analyze(chunk[1])))
+        return doc
 
     def clear(self) -> None:
         """Remove every chunk and commit."""

@@ -134,6 +134,9 @@ from hyde_lc.store_state import (
     META_PENDING as META_PENDING,
 )
 from hyde_lc.store_state import (
+    META_WRITING as META_WRITING,
+)
+from hyde_lc.store_state import (
     SEQ as SEQ,
 )
 from hyde_lc.store_state import (
@@ -479,9 +482,10 @@ def set_head(store: Chroma, seq: int) -> None:
     """
     collection = prepare_write(store)
     metadata = fresh_metadata(store)
-    if int(metadata.get(META_HEAD) or 0) >= seq:
+    marked = metadata.pop(META_WRITING, None) is not None
+    if int(metadata.get(META_HEAD) or 0) >= seq and not marked:
         return
-    metadata[META_HEAD] = seq
+    metadata[META_HEAD] = max(seq, int(metadata.get(META_HEAD) or 0))
     _write_metadata(collection, metadata)
 
 

@@ -29,6 +29,8 @@ META_MODEL = "hyde_lc_embedding_model"
 META_DIMENSION = "hyde_lc_embedding_dimension"
 
 
+META_WRITING = "hyde_lc_writing"
+"""Collection metadata: the number of a write under way (removed when the head reaches it)."""
 META_PENDING = "hyde_lc_pending"
 """Collection metadata: the document versions being written or removed, comma-separated.
 Searches leave their chunks out."""

@@ -147,6 +147,8 @@ def test_deletions_logged_by_a_killed_writer_are_finished_by_the_next(store):
     (keeper,) = store.get(where={"file_name": "keeper.txt"})["ids"]
     hybrid = HybridCollection.of(store)
     hybrid.log_deletions([keeper], head(store) + 1)  # logged, then killed before deleting
+    # Chroma still holds it, and so does the lexical side (no false "deleted").
+    assert lexically_found(store, "clockwork wicks") == {"keeper.txt"}
     store.add_texts(["Tenders carried oil to the lights."], [{"file_name": "t"}], ids=["tender"])
     assert store.get(ids=[keeper])["ids"] == []
     assert lexically_found(store, "clockwork wicks") == set()
@@ -659,3 +661,49 @@ def test_a_reader_with_an_old_state_never_returns_part_of_a_document_begun_since
         assert "big" not in names(retriever.invoke("quartzite breakwaters"))
         write.set_pending(remove=["big-v2"])
     assert "big" in names(retriever.invoke("quartzite breakwaters"))
+
+
+def test_a_killed_replacement_of_the_same_size_is_indexed_by_the_next_reader(
+    store, fake_embeddings
+):
+    from hyde_lc.store import META_WRITING, set_metadata_value
+
+    (fog,) = store.get(where={"file_name": "fog.txt"})["ids"]
+    seq = head(store) + 1
+    # A writer marks its write, replaces one chunk by another (same count), is killed.
+    set_metadata_value(store, META_WRITING, seq)
+    raw = chromadb.PersistentClient(path=str(store.location.path)).get_collection("hyde_lc")
+    raw.add(
+        ids=["fog-v2"],
+        documents=["Radio beacons replaced the fog signals."],
+        embeddings=[fake_embeddings.embed_query("x")],
+        metadatas=[{"source": "fog", "file_name": "fog.txt", SEQ: seq}],
+    )
+    HybridCollection.of(store).log_deletions([fog], seq)
+    raw.delete(ids=[fog])
+    assert lexically_found(store, "radio beacons") == {"fog.txt"}
+    assert lexically_found(store, "horns bells guns") == set()
+    # The next write, even one that changes nothing, finishes it: the head passes it.
+    with HybridCollection.of(store).writing():
+        pass
+    assert head(store) == seq + 1 and META_WRITING not in fresh_metadata(store)
+    assert_current(store)
+
+
+def test_an_index_that_fails_to_take_a_change_is_rebuilt(store, monkeypatch):
+    from hyde_lc.lexical import LexicalIndex
+
+    real = LexicalIndex.apply
+    calls = []
+
+    def fails_once(self, added, deleted):
+        calls.append(1)
+        if len(calls) == 1:
+            raise ValueError("FileAlreadyExists: a kill left this commit's delete file")
+        return real(self, added, deleted)
+
+    monkeypatch.setattr(LexicalIndex, "apply", fails_once)
+    store.add_texts(["Tenders carried oil to the lights."], [{"file_name": "t"}], ids=["tender"])
+    monkeypatch.undo()
+    assert lexically_found(store, "tenders oil") == {"t"}
+    assert_current(store)
