@@ -154,12 +154,7 @@ class Write:
         documents: Sequence[str],
     ) -> None:
         """Write records in one Chroma call (one transaction): all of them or none."""
-        stamped = [{**(meta or {}), chroma.SEQ: self.seq} for meta in metadatas]
-        self._begin()
-        self.collection.upsert(
-            ids=list(ids), embeddings=vectors, metadatas=stamped, documents=list(documents)
-        )
-        self.owner.index_now(list(zip(ids, documents, stamped, strict=True)), (), self)
+        self._put("upsert", ids, vectors, metadatas, documents)
 
     def update(
         self,
@@ -169,9 +164,19 @@ class Write:
         documents: Sequence[str],
     ) -> None:
         """Change existing records (Chroma's ``update``) in one call."""
+        self._put("update", ids, vectors, metadatas, documents)
+
+    def _put(
+        self,
+        how: str,
+        ids: Sequence[str],
+        vectors: Any,
+        metadatas: Sequence[dict[str, Any] | None],
+        documents: Sequence[str],
+    ) -> None:
         stamped = [{**(meta or {}), chroma.SEQ: self.seq} for meta in metadatas]
         self._begin()
-        self.collection.update(
+        getattr(self.collection, how)(
             ids=list(ids), embeddings=vectors, metadatas=stamped, documents=list(documents)
         )
         self.owner.index_now(list(zip(ids, documents, stamped, strict=True)), (), self)
