@@ -376,11 +376,23 @@ class HybridCollection:
         if feed is not None:
             logged = feed.get(where=past, include=["metadatas"])
             if logged["ids"]:
-                ids = [str((m or {}).get("chunk_id")) for m in logged["metadatas"] or []]
+                when = {
+                    str((m or {}).get("chunk_id")): int((m or {})[SEQ_KEY])
+                    for m in logged["metadatas"] or []
+                }
+                ids = list(when)
                 step = chroma.max_write(self.store)
                 for start in range(0, len(ids), step):  # the deletions it had logged, done
-                    collection.delete(ids=ids[start : start + step])
-                latest = max(latest, *(int((m or {})[SEQ_KEY]) for m in logged["metadatas"]))
+                    part = ids[start : start + step]
+                    found = collection.get(ids=part, include=["metadatas"])
+                    gone = [  # a chunk written again by that write (or later) stays
+                        i
+                        for i, meta in zip(found["ids"], found["metadatas"] or [], strict=True)
+                        if _seq(dict(meta or {})) < when[str(i)]
+                    ]
+                    if gone:
+                        collection.delete(ids=gone)
+                latest = max(latest, *when.values())
         stray = collection.get(where=past, include=["metadatas"], limit=_PAGE)
         for meta in stray["metadatas"] or []:
             latest = max(latest, int((meta or {}).get(SEQ_KEY, 0)))

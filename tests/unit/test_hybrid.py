@@ -707,3 +707,23 @@ def test_an_index_that_fails_to_take_a_change_is_rebuilt(store, monkeypatch):
     monkeypatch.undo()
     assert lexically_found(store, "tenders oil") == {"t"}
     assert_current(store)
+
+
+def test_a_chunk_a_killed_write_deleted_and_wrote_again_is_kept_by_the_roll_forward(
+    store, fake_embeddings
+):
+    (keeper,) = store.get(where={"file_name": "keeper.txt"})["ids"]
+    seq = head(store) + 1
+    hybrid = HybridCollection.of(store)
+    hybrid.log_deletions([keeper], seq)  # the killed write deleted it...
+    raw = chromadb.PersistentClient(path=str(store.location.path)).get_collection("hyde_lc")
+    raw.upsert(  # ...and wrote it again, then was killed
+        ids=[keeper],
+        documents=["Keepers wound the clockwork and polished the brass."],
+        embeddings=[fake_embeddings.embed_query("x")],
+        metadatas=[{"source": "keeper", "file_name": "keeper.txt", SEQ: seq}],
+    )
+    with hybrid.writing():  # the next write rolls it forward
+        pass
+    assert store.get(ids=[keeper])["ids"] == [keeper]
+    assert lexically_found(store, "polished brass") == {"keeper.txt"}
