@@ -74,6 +74,15 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {shown_line(message)}\n")
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hyde-lc")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command (exposed for tests and docs)."""
     parser = _Parser(
@@ -82,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     prompts = sorted(PROMPTS)
     collection.add_commands(sub)

@@ -102,7 +102,7 @@ def add_commands(sub: Any, prompts: list[str]) -> None:
         "Markdown and a plot.",
     )
     bench.add_argument("data", help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/)")
-    bench.add_argument("--split", default="test")
+    bench.add_argument("--split", default="test", help="qrels split: test (default), train, dev")
     bench.add_argument("--limit", type=positive_int, help="first N judged queries only")
     bench.add_argument(
         "--modes",
@@ -149,7 +149,9 @@ def add_commands(sub: Any, prompts: list[str]) -> None:
         type=positive_int,
         help="the hypothesis writer's token cap (default: the writer's own, 64 for local ones)",
     )
-    bench.add_argument("--concurrency", type=positive_int, default=4)
+    bench.add_argument(
+        "--concurrency", type=positive_int, default=4, help="queries in flight at once (default 4)"
+    )
     bench.add_argument(
         "--hypothesis-cache",
         type=given_path,
@@ -170,25 +172,49 @@ def add_commands(sub: Any, prompts: list[str]) -> None:
     )
     speed.add_argument("data", help="BEIR folder: its corpus is ingested, its queries asked")
     speed.add_argument(
-        "--sections", nargs="+", choices=SPEED_SECTIONS, default=list(SPEED_SECTIONS)
+        "--sections",
+        nargs="+",
+        choices=SPEED_SECTIONS,
+        default=list(SPEED_SECTIONS),
+        help="which parts to time (default all)",
     )
     speed.add_argument("--docs", type=positive_int, default=1000, help="corpus documents to ingest")
     speed.add_argument("--queries", type=positive_int, default=20, help="questions timed per stage")
     speed.add_argument(
         "--llm", type=spec, help="hypothesis and answer model spec (default: the local ones)"
     )
-    speed.add_argument("--window", type=non_negative_int, default=1)
-    speed.add_argument("--k", type=positive_int, default=4)
+    speed.add_argument(
+        "--window", type=non_negative_int, default=1, help="neighbour expansion window (default 1)"
+    )
+    speed.add_argument("--k", type=positive_int, default=4, help="chunks per query (default 4)")
     speed.add_argument(
         "--latency", type=positive_float, default=0.5, help="simulated remote LLM latency (s)"
     )
-    speed.add_argument("--concurrency-queries", type=positive_int, default=16)
-    speed.add_argument("--max-concurrency", type=positive_int, default=8)
+    speed.add_argument(
+        "--concurrency-queries",
+        type=positive_int,
+        default=16,
+        help="queries in the concurrency section (default 16)",
+    )
+    speed.add_argument(
+        "--max-concurrency",
+        type=positive_int,
+        default=8,
+        help="abatch's max_concurrency in the concurrency section (default 8)",
+    )
     speed.add_argument(
         "--scale", nargs="+", type=positive_int, default=[5_000, 50_000, 500_000],
         metavar="N", help="collection sizes for the search-latency curve",
     )  # fmt: skip
-    speed.add_argument("--remote-models", nargs="+", default=list(REMOTE_MODELS), metavar="M")
+    speed.add_argument(
+        "--remote-models",
+        nargs="+",
+        default=list(REMOTE_MODELS),
+        metavar="M",
+        help="remote models whose cost per query is estimated (default: "
+        + ", ".join(REMOTE_MODELS)
+        + ")",
+    )
     speed.add_argument(
         "--out", type=given_path, default="speed-results", help="folder for speed.json/.md"
     )

@@ -280,7 +280,12 @@ def add_commands(sub: Any, prompts: list[str], default_prompt: str) -> None:
         "--retry-errors", action="store_true", help="redo the questions that failed before"
     )
     evaluate.add_argument("--score", action="store_true", help="print mean Ragas metrics")
-    evaluate.add_argument("--metrics", nargs="+", choices=METRICS)
+    evaluate.add_argument(
+        "--metrics",
+        nargs="+",
+        choices=METRICS,
+        help="metrics for --score (default: every one the given judge allows)",
+    )
     evaluate.add_argument(
         "--judge",
         metavar="SPEC",
@@ -307,7 +312,11 @@ def add_commands(sub: Any, prompts: list[str], default_prompt: str) -> None:
         help="report folder (resumable)",
     )
     compare.add_argument(
-        "--modes", nargs="+", choices=("standard", "hyde"), default=["standard", "hyde"]
+        "--modes",
+        nargs="+",
+        choices=("standard", "hyde"),
+        default=["standard", "hyde"],
+        help="retrieval modes to compare, asked in turns question by question (default both)",
     )
     compare.add_argument(
         "--window",
@@ -316,7 +325,12 @@ def add_commands(sub: Any, prompts: list[str], default_prompt: str) -> None:
         metavar="N",
         help="also run HyDE with neighbour expansion of N chunks",
     )
-    compare.add_argument("--metrics", nargs="+", choices=METRICS)
+    compare.add_argument(
+        "--metrics",
+        nargs="+",
+        choices=METRICS,
+        help="metrics to report (default: every one the given judge allows)",
+    )
     compare.add_argument(
         "--judge",
         metavar="SPEC",

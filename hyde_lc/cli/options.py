@@ -211,8 +211,22 @@ def add_hypothesis_options(group: Any, prompts: list[str], default_prompt: str) 
         help=f"hypothetical passages per question, 1 to {MAX_HYPOTHESES} (default 1; "
         "implies --mode hyde)",
     )
-    group.add_argument("--fusion", choices=FUSION_MODES, default="mean")
-    group.add_argument("--prompt", choices=prompts, default=default_prompt)
+    group.add_argument(
+        "--fusion",
+        choices=FUSION_MODES,
+        default="mean",
+        help="how the question and the hypotheses search: mean (one vector, their mean, as "
+        "in the HyDE paper; default), concat (one text, embedded once), rrf (one search per "
+        "vector, ranks fused)",
+    )
+    group.add_argument(
+        "--prompt",
+        choices=prompts,
+        default=default_prompt,
+        metavar="PROMPT",
+        help=f"which prompt writes the hypotheses (default {default_prompt}): "
+        + ", ".join(prompts),
+    )
     group.add_argument(
         "--hypotheses-only", action="store_true", help="leave the question out of the fusion"
     )

@@ -175,3 +175,33 @@ def test_an_unknown_sample_language_is_refused():
 
     with pytest.raises(InvalidSettingError, match="no sample in 'fr': choose one of en, zh"):
         sample_files("fr")
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    import argparse
+
+    from hyde_lc.cli import build_parser
+
+    silent = []
+
+    def walk(parser, path):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, [*path, name])
+            elif action.option_strings and action.dest != "help" and not action.help:
+                silent.append(f"{' '.join(path)} {action.option_strings[0]}")
+
+    walk(build_parser(), ["hyde-lc"])
+    assert silent == []
+
+
+def test_version_prints_the_installed_version(capsys):
+    from importlib.metadata import version
+
+    from hyde_lc.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.strip() == f"hyde-lc {version('hyde-lc')}"
