@@ -284,7 +284,7 @@ def add_commands(sub: Any, prompts: list[str], default_prompt: str) -> None:
         "--metrics",
         nargs="+",
         choices=METRICS,
-        help="metrics for --score (default: every one the given judge allows)",
+        help="metrics for --score (default: the offline ones, and the judged ones with --judge)",
     )
     evaluate.add_argument(
         "--judge",
@@ -329,7 +329,7 @@ def add_commands(sub: Any, prompts: list[str], default_prompt: str) -> None:
         "--metrics",
         nargs="+",
         choices=METRICS,
-        help="metrics to report (default: every one the given judge allows)",
+        help="metrics to report (default: the offline ones, and the judged ones with --judge)",
     )
     compare.add_argument(
         "--judge",
