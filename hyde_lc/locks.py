@@ -26,6 +26,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 try:
     import fcntl
@@ -46,14 +47,7 @@ def file_lock(path: Path, *, waiting_note: str | None = None) -> Iterator[None]:
     Re-entrant within one thread. If another holder has it, ``waiting_note`` (when
     given) is logged once, with the holder's note, and the call waits.
     """
-    if fcntl is None:  # pragma: no cover
-        yield
-        return
-    key = str(path)
-    me = threading.get_ident()
-    with _HELD_LOCK:
-        reentered = _HELD.get(key) == me
-    if reentered:
+    if fcntl is None or held_here(path):  # pragma: no cover - Windows
         yield
         return
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -66,18 +60,37 @@ def file_lock(path: Path, *, waiting_note: str | None = None) -> Iterator[None]:
                 holder = handle.read().strip() or "another process"
                 logger.warning("%s by %s; waiting for it to finish", waiting_note, holder)
             fcntl.flock(handle, fcntl.LOCK_EX)
-        with _HELD_LOCK:
-            _HELD[key] = me
         try:
-            handle.seek(0)
-            handle.truncate()
-            handle.write(f"process {os.getpid()}\n")
-            handle.flush()
-            yield
+            with holding(handle, path):
+                yield
         finally:
-            with _HELD_LOCK:
-                _HELD.pop(key, None)
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def held_here(path: Path) -> bool:
+    """Whether this thread holds ``path``'s lock (taking it again is a re-entry)."""
+    with _HELD_LOCK:
+        return _HELD.get(os.path.realpath(path)) == threading.get_ident()
+
+
+@contextmanager
+def holding(handle: Any, path: Path) -> Iterator[None]:
+    """While the block runs, ``path``'s lock (locked through ``handle``) is this thread's.
+
+    Writes ``process <pid>`` into the lock file, which waiting holders name in messages.
+    """
+    key = os.path.realpath(path)
+    with _HELD_LOCK:
+        _HELD[key] = threading.get_ident()
+    try:
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"process {os.getpid()}\n")
+        handle.flush()
+        yield
+    finally:
+        with _HELD_LOCK:
+            _HELD.pop(key, None)
 
 
 def is_locked(path: Path) -> bool:
@@ -85,7 +98,7 @@ def is_locked(path: Path) -> bool:
     if fcntl is None or not path.is_file():  # pragma: no cover - Windows
         return False
     with _HELD_LOCK:
-        if str(path) in _HELD:
+        if os.path.realpath(path) in _HELD:
             return True
     with path.open("r") as handle:
         try:

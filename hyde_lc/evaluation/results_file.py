@@ -33,7 +33,6 @@ import json
 import os
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from hyde_lc.errors import HydeLcError
+from hyde_lc.locks import held_here, holding
 
 try:
     import fcntl
@@ -208,15 +208,6 @@ def replace_lines(path: Path, lines: Iterable[bytes]) -> None:
         raise
 
 
-_held: dict[str, int] = {}
-"""Lock files this process holds, with the thread that holds each."""
-_held_guard = threading.Lock()
-
-
-def _key(lock: Path) -> str:
-    return os.path.realpath(lock)
-
-
 def _holder(lock: Path) -> str:
     try:
         return lock.read_text("utf-8", "replace").strip() or "another process"
@@ -227,7 +218,7 @@ def _holder(lock: Path) -> str:
 def check_unlocked(path: Path, flag: str) -> None:
     """Raise if another run holds ``path`` now (a look only: nothing is created)."""
     lock = path.with_name(path.name + LOCK_SUFFIX)
-    if fcntl is None or not lock.is_file() or _held.get(_key(lock)) == threading.get_ident():
+    if fcntl is None or not lock.is_file() or held_here(lock):
         return
     try:
         with lock.open("rb") as handle:
@@ -252,27 +243,18 @@ def exclusive(path: Path, flag: str) -> Iterator[None]:
 
     Holds an ``flock`` on ``<path>.lock`` (written with this process's id, removed on
     release). Re-entrant within one thread, so `compare_modes` can hold its files while
-    `evaluate_questions` runs each. Hand-written rather than ``filelock``: the message
-    names the holder, and the store's writer lock (`hyde_lc.store.write_lock`) works alike.
+    `evaluate_questions` runs each. It shares `hyde_lc.locks` (who holds what, the holder's
+    note) with the store's writer lock; unlike it, it refuses rather than waits.
     """
     lock = path.with_name(path.name + LOCK_SUFFIX)
-    key = _key(lock)
-    me = threading.get_ident()
-    if fcntl is None or _held.get(key) == me:
+    if fcntl is None or held_here(lock):
         yield
         return
     handle = _acquire(path, lock, flag)
-    with _held_guard:
-        _held[key] = me
     try:
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"process {os.getpid()}\n")
-        handle.flush()
-        yield
+        with holding(handle, lock):
+            yield
     finally:
-        with _held_guard:
-            _held.pop(key, None)
         with suppress(OSError):
             lock.unlink()  # before unlocking: whoever opened it meanwhile sees it is stale
         fcntl.flock(handle, fcntl.LOCK_UN)
