@@ -413,6 +413,8 @@ class HybridCollection:
             return
         with self._index_lock():
             index = self._open_index()
+            if index is not None:
+                index.reload()  # another process may have caught it up meanwhile
             cursor = index.cursor() if index is not None else None
             if write.index_failed or index is None or cursor is None or cursor < write.seq - 1:
                 rebuild = not self._catch_up_locked()
@@ -500,13 +502,8 @@ class HybridCollection:
         deleted: list[str] = []
         feed = self.feed(create=False)
         if feed is not None:
-            offset = 0
-            while True:
-                page = feed.get(where=past, include=["metadatas"], limit=_PAGE, offset=offset)
+            for page in chroma.collection_pages(feed, past, ("metadatas",), _PAGE):
                 deleted.extend(str((m or {}).get("chunk_id")) for m in page["metadatas"] or [])
-                if len(page["ids"]) < _PAGE:
-                    break
-                offset += _PAGE
         added = [
             (str(i), text or "", dict(meta or {}))
             for page in chroma.iter_pages(
@@ -573,7 +570,8 @@ class HybridCollection:
     def sync(self, max_age: float | None = None) -> LexicalIndex | None:
         """The lexical index, brought up to the collection's head if it is behind."""
         snap = self.snapshot(max_age)
-        index = self._open_index()
+        # The folder in use is looked up again at each state read (`_after_refresh`).
+        index = self._index or self._open_index()
         if index is not None and self._fresh(index, snap):
             return index
         if self.chroma_collection() is None or self.base is None:
@@ -660,6 +658,8 @@ class HybridCollection:
     def _catch_up_locked(self, snap: Snapshot | None = None) -> bool:
         """Under the index lock: bring the index to the head; False if it must be rebuilt."""
         index = self._open_index()
+        if index is not None:
+            index.reload()  # another process may have caught it up meanwhile
         metadata = chroma.fresh_metadata(self.store)
         head = int(metadata.get(chroma.META_HEAD) or 0)
         cursor = index.cursor() if index is not None else None

@@ -195,6 +195,7 @@ class LexicalIndex:
         self._index = tantivy.Index(self._schema, path=None if path is None else str(path))
         self._lock = threading.Lock()
         self._cursor: int | None = None
+        self._read_cursor()
 
     @classmethod
     def in_memory(cls) -> LexicalIndex:
@@ -382,8 +383,14 @@ class LexicalIndex:
         return build(where)
 
     def reload(self) -> None:
-        """See the last commit (another process's writes included)."""
+        """See the last commit and cursor (another process's writes included)."""
         self._index.reload()
+        self._read_cursor()
+
+    def _read_cursor(self) -> None:
+        if self.path is not None:
+            state = read_state(self.path)
+            self._cursor = state.cursor if state else None
 
     # -- state -------------------------------------------------------------------------
 
@@ -406,11 +413,11 @@ class LexicalIndex:
         os.replace(tmp, target)
 
     def cursor(self) -> int | None:
-        """The last feed write the index holds (None: none recorded, so rebuild it)."""
-        if self.path is None:
-            return self._cursor
-        state = read_state(self.path)
-        return state.cursor if state else None
+        """The last feed write the index holds (None: none recorded, so rebuild it).
+
+        As of this object's last `mark` or `reload`: a search reads no file for it.
+        """
+        return self._cursor
 
 
 def _unsupported(where: Any, what: str) -> InvalidSettingError:

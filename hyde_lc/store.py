@@ -95,6 +95,9 @@ from hyde_lc.store_reads import (
     collection_info as collection_info,
 )
 from hyde_lc.store_reads import (
+    collection_pages as collection_pages,
+)
+from hyde_lc.store_reads import (
     documents_by_id as documents_by_id,
 )
 from hyde_lc.store_reads import (

@@ -139,8 +139,17 @@ def iter_pages(
     ``where`` is used as given: pass it through `visible_where` to see what searches see.
     """
     collection = _store_collection(store)
-    if collection is None:
-        return
+    if collection is not None:
+        yield from collection_pages(collection, where, include, page_size)
+
+
+def collection_pages(
+    collection: Any,
+    where: dict | None = None,
+    include: Sequence[str] = ("metadatas",),
+    page_size: int = _PAGE,
+) -> Iterator[dict[str, Any]]:
+    """`iter_pages` over a chromadb collection itself (e.g. a companion collection)."""
     offset = 0
     while True:
         page = collection.get(where=where, include=list(include), limit=page_size, offset=offset)
