@@ -10,8 +10,9 @@ are. `HyDEEmbeddings` is the same idea with hyde_lc's parts, so it behaves like
 * the query itself takes part in the mean with weight ``query_weight``
   (`hyde_lc.retriever.DEFAULT_QUERY_WEIGHT`; ``None`` is the paper's equal weighting,
   `hyde_lc.fusion.fuse_mean`), from ``n_hypotheses`` passages;
-* `hyde_lc.hypotheses.write_hypotheses` writes them: within ``timeout``, refusals and
-  empty outputs left out, a failing LLM falling back to the plain query embedding
+* `hyde_lc.hyde_transform.HyDETransform` writes, embeds and fuses them, the same unit
+  as the retriever's dense side: passages within ``timeout``, refusals and empty outputs
+  left out, a failing LLM falling back to the plain query embedding
   (logged on the ``hyde_lc.hypotheses`` logger), a configuration error (rejected API
   key, unknown model) raised rather than silently turning HyDE off.
 
@@ -36,7 +37,6 @@ Example:
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,17 +48,19 @@ from langchain_core.runnables import RunnableConfig
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from hyde_lc.errors import InvalidSettingError
-from hyde_lc.fusion import fuse_mean
-from hyde_lc.hypotheses import ConfigErrors, Hypotheses, awrite_hypotheses, write_hypotheses
-from hyde_lc.models import embedding_model_id
-from hyde_lc.prompts import DEFAULT_PROMPT, get_prompt
-from hyde_lc.retriever import (
+from hyde_lc.hyde_transform import (
     DEFAULT_QUERY_WEIGHT,
-    MAX_HYPOTHESES,
-    MAX_QUERY_CHARS,
-    _settings_message,
-    clip_query,
+    Fused,
+    HyDETransform,
+    check_n_hypotheses,
+    check_prompt,
+    check_query_weight,
+    check_timeout,
 )
+from hyde_lc.hypotheses import ConfigErrors, Hypotheses
+from hyde_lc.models import embedding_model_id
+from hyde_lc.prompts import DEFAULT_PROMPT
+from hyde_lc.retriever import MAX_QUERY_CHARS, _settings_message, clip_query
 
 HYPOTHESIS_TAG = "hyde.hypothesis"
 """The tag on every hypothesis call (as `hyde_lc.HyDERetriever` tags them)."""
@@ -108,10 +110,11 @@ class HyDEEmbeddings(BaseModel, Embeddings):
     base_embeddings: Embeddings
     """Embeds the query, the passages and the documents."""
     prompt: str | list[str] | BasePromptTemplate = DEFAULT_PROMPT
-    """Prompt name (or LangChain key such as ``"sci_fact"``), ``{question}`` template or
-    ``PromptTemplate``; a list gives ``n_hypotheses`` passages per prompt."""
+    """Prompt name (or LangChain key such as ``"sci_fact"``), one-variable template string
+    or ``PromptTemplate`` (LangChain's ``PROMPT_MAP`` templates too); a list gives
+    ``n_hypotheses`` passages per prompt."""
     n_hypotheses: int = 1
-    """Passages written per prompt (1 to `hyde_lc.retriever.MAX_HYPOTHESES`)."""
+    """Passages written per prompt (1 to `hyde_lc.hyde_transform.MAX_HYPOTHESES`)."""
     include_query: bool = True
     """Whether the query's own embedding takes part in the mean (the paper: yes)."""
     query_weight: float | None = DEFAULT_QUERY_WEIGHT
@@ -149,7 +152,8 @@ class HyDEEmbeddings(BaseModel, Embeddings):
 
         ``prompt`` as for `hyde_lc.HyDERetriever`. ``prompt_key`` and ``custom_prompt`` are
         accepted for code written for LangChain's ``HypotheticalDocumentEmbedder.from_llm``
-        (its templates fill in ``{question}``, lower case). Other keyword arguments set
+        (its ``PROMPT_MAP`` templates, with their ``{QUESTION}``, work as they are). Other
+        keyword arguments set
         the fields (``n_hypotheses``, ``query_weight``, ``timeout``, ...).
         """
         given = [p for p in (prompt, prompt_key, custom_prompt) if p is not None]
@@ -166,47 +170,28 @@ class HyDEEmbeddings(BaseModel, Embeddings):
     @field_validator("n_hypotheses")
     @classmethod
     def _check_n(cls, value: int) -> int:
-        if not 1 <= value <= MAX_HYPOTHESES:
-            raise InvalidSettingError(
-                f"n_hypotheses must be between 1 and {MAX_HYPOTHESES}, got {value}: each "
-                "hypothesis is one more generation (for no hypotheses, use the base "
-                "embeddings themselves)"
-            )
-        return value
+        return check_n_hypotheses(value, least=1)
 
     @field_validator("prompt")
     @classmethod
     def _check_prompt(cls, value: Any) -> Any:
-        items = value if isinstance(value, list) else [value]
-        if not items:
-            raise InvalidSettingError("prompt needs at least one prompt name or template")
-        for item in items:
-            get_prompt(item)  # raises naming the valid names, or {question}
-        return value
+        return check_prompt(value)
 
     @model_validator(mode="after")
     def _check_combination(self) -> HyDEEmbeddings:
-        if self.timeout is not None and not 0 < self.timeout < float("inf"):
-            raise InvalidSettingError(
-                f"timeout must be a positive number of seconds or None, got {self.timeout}"
-            )
+        check_timeout(self.timeout)
         if self.max_query_chars is not None and self.max_query_chars < 1:
             raise InvalidSettingError(
                 f"max_query_chars must be at least 1 (or None for no limit), got "
                 f"{self.max_query_chars}"
             )
-        if self.query_weight is not None:
-            if not 0 < self.query_weight < 1:
+        check_query_weight(self.query_weight)
+        if self.query_weight is not None and not self.include_query:
+            if "query_weight" in self.model_fields_set:
                 raise InvalidSettingError(
-                    f"query_weight must lie strictly between 0 and 1, got {self.query_weight} "
-                    "(for 0 set include_query=False)"
+                    "query_weight needs include_query=True: leave query_weight unset"
                 )
-            if not self.include_query:
-                if "query_weight" in self.model_fields_set:
-                    raise InvalidSettingError(
-                        "query_weight needs include_query=True: leave query_weight unset"
-                    )
-                self.query_weight = None
+            self.query_weight = None
         return self
 
     # -- identity ----------------------------------------------------------------------
@@ -225,80 +210,55 @@ class HyDEEmbeddings(BaseModel, Embeddings):
                 return value
         return None
 
-    # -- the steps ---------------------------------------------------------------------
+    # -- the steps: the HyDE transform the retriever uses too -------------------------
+
+    @property
+    def hyde_transform(self) -> HyDETransform:
+        """The HyDE transform these settings make (`hyde_lc.hyde_transform`), always a mean."""
+        return HyDETransform(
+            self.base_embeddings,
+            llm=self.llm,
+            prompt=self.prompt,
+            n_hypotheses=self.n_hypotheses,
+            hypothesis_length=self.hypothesis_length,
+            timeout=self.timeout,
+            cache=self.hypothesis_cache,
+            config_errors=self.config_errors,
+            include_query=self.include_query,
+            query_weight=self.query_weight,
+        )
 
     def build_prompts(self, query: str) -> list[str]:
         """The rendered prompts: ``n_hypotheses`` per configured prompt."""
-        names = self.prompt if isinstance(self.prompt, list) else [self.prompt]
-        rendered = [get_prompt(n).render(query, self.hypothesis_length) for n in names]
-        return [p for p in rendered for _ in range(self.n_hypotheses)]
+        return self.hyde_transform.build_prompts(query)
 
     def _config(self) -> RunnableConfig:
         return RunnableConfig(tags=[HYPOTHESIS_TAG], run_name=HYPOTHESIS_TAG)
 
-    def _weights(self, count: int) -> list[float] | None:
-        """Weights of [query, *hypotheses] by ``query_weight`` (None: all equal)."""
-        if self.query_weight is None or count < 2:
-            return None
-        return [self.query_weight] + [(1 - self.query_weight) / (count - 1)] * (count - 1)
-
-    def _fuse(
-        self,
-        query: str,
-        note: str | None,
-        written: Hypotheses,
-        query_vector: list[float] | None,
-        vectors: list[list[float]],
+    def _details(
+        self, query: str, note: str | None, written: Hypotheses, fused: Fused
     ) -> HyDEQueryEmbedding:
-        if not written.texts:
-            assert query_vector is not None
-            return HyDEQueryEmbedding(query_vector, query, [], written.fallback, None, note)
-        if self.include_query:
-            assert query_vector is not None
-            vectors = [query_vector, *vectors]
-        weights = self._weights(len(vectors)) if self.include_query else None
+        hypotheses = written.texts
         return HyDEQueryEmbedding(
-            fuse_mean(vectors, weights), query, written.texts, None, weights, note
+            fused.vectors[0],
+            query,
+            hypotheses,
+            None if hypotheses else written.fallback,
+            fused.weights if hypotheses else None,
+            note,
         )
 
     def embed_query_with_details(self, text: str) -> HyDEQueryEmbedding:
         """Embed a query (see `embed_query`) and say what went into the vector."""
         query, note = clip_query(text, self.max_query_chars)
-        written = write_hypotheses(
-            self.llm,
-            self.build_prompts(query),
-            config=self._config(),
-            timeout=self.timeout,
-            cache=self.hypothesis_cache,
-            config_errors=self.config_errors,
-        )
-        query_vector = None
-        if self.include_query or not written.texts:
-            query_vector = self.base_embeddings.embed_query(query)
-        vectors = self.base_embeddings.embed_documents(written.texts) if written.texts else []
-        return self._fuse(query, note, written, query_vector, vectors)
+        written, _, fused = self.hyde_transform.run(query, self._config())
+        return self._details(query, note, written, fused)
 
     async def aembed_query_with_details(self, text: str) -> HyDEQueryEmbedding:
         """Async `embed_query_with_details`: the query is embedded while passages are written."""
         query, note = clip_query(text, self.max_query_chars)
-        early = asyncio.ensure_future(self.base_embeddings.aembed_query(query))
-        try:
-            written = await awrite_hypotheses(
-                self.llm,
-                self.build_prompts(query),
-                config=self._config(),
-                timeout=self.timeout,
-                cache=self.hypothesis_cache,
-                config_errors=self.config_errors,
-            )
-        except BaseException:
-            early.cancel()
-            raise
-        query_vector = await early
-        vectors = (
-            await self.base_embeddings.aembed_documents(written.texts) if written.texts else []
-        )
-        return self._fuse(query, note, written, query_vector, vectors)
+        written, _, fused = await self.hyde_transform.arun(query, self._config())
+        return self._details(query, note, written, fused)
 
     # -- Embeddings ----------------------------------------------------------------------
 

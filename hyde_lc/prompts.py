@@ -4,8 +4,8 @@ Every prompt has one variable, ``{question}``. The paper's prompts (Gao et al. 2
 arXiv 2212.10496, Appendix) are kept word for word; `render` may append a length hint
 ("about N characters"). A prompt can be named (``"scifact"``, or LangChain's
 ``HypotheticalDocumentEmbedder`` key for it, such as ``"sci_fact"`` or ``"mr_tydi"``),
-given as a template string containing ``{question}``, or as a LangChain
-``PromptTemplate`` whose one variable is ``question``.
+given as a template string with one variable (``{question}``, or ``{QUESTION}`` as in
+LangChain's own templates), or as a LangChain ``PromptTemplate`` with one variable.
 
 Example:
     >>> from hyde_lc.prompts import render_prompt
@@ -150,35 +150,42 @@ _OTHER_VARIABLE = re.compile(r"\{\s*(\w+)\s*\}")
 
 
 class _TemplatePrompt(HypothesisPrompt):
-    """A LangChain prompt template, rendered by LangChain (``question`` filled in)."""
+    """A LangChain prompt template, rendered by LangChain (its one variable filled in)."""
 
-    def __init__(self, template: Any) -> None:
+    def __init__(self, template: Any, variable: str = "question") -> None:
         super().__init__("custom", str(getattr(template, "template", template)), "user")
         object.__setattr__(self, "_template", template)
+        object.__setattr__(self, "_variable", variable)
 
     def render(self, question: str, length_hint: int | None = None) -> str:
         """Fill in the question with the template's own formatting."""
-        text = str(self._template.format(question=question))  # type: ignore[attr-defined]
+        text = str(self._template.format(**{self._variable: question}))  # type: ignore[attr-defined]
         return f"{text}\nWrite about {length_hint} characters." if length_hint else text
 
 
 def get_prompt(prompt: Any) -> HypothesisPrompt:
-    """The prompt for a name, a ``{question}`` template or a LangChain ``PromptTemplate``.
+    """The prompt for a name, a one-variable template or a LangChain ``PromptTemplate``.
 
-    Names include LangChain's keys for the paper's prompts (`ALIASES`); a template's one
-    variable is ``question``.
+    Names include LangChain's keys for the paper's prompts (`ALIASES`). A template's one
+    variable receives the question, whatever its name: ``{question}``, or ``{QUESTION}``
+    as in LangChain's ``HypotheticalDocumentEmbedder`` templates (``PROMPT_MAP``).
 
     Raises `UnknownPromptError` naming the valid names, or what is wrong with a template
-    (a ``{QUESTION}`` or other variable where ``{question}`` is expected).
+    (more than one variable, or none).
+
+    Example:
+        >>> get_prompt("Answer this: {QUESTION}").render("why?")
+        'Answer this: why?'
+
     """
     if hasattr(prompt, "input_variables") and hasattr(prompt, "format"):
         variables = list(prompt.input_variables)
-        if variables != ["question"]:
+        if len(variables) != 1:
             raise UnknownPromptError(
-                f"a prompt template for hypotheses takes one variable, question; this one "
-                f"takes {variables}: write {{question}} where the question goes"
+                f"a prompt template for hypotheses takes one variable (the question); this "
+                f"one takes {variables}: leave one, e.g. {{question}}, where the question goes"
             )
-        return _TemplatePrompt(prompt)
+        return _TemplatePrompt(prompt, variables[0])
     if not isinstance(prompt, str):
         raise UnknownPromptError(
             "a prompt is a name, a template string or a PromptTemplate, got "
@@ -190,10 +197,12 @@ def get_prompt(prompt: Any) -> HypothesisPrompt:
     if "{question}" in prompt:
         return HypothesisPrompt("custom", prompt, "user")
     others = sorted(set(_OTHER_VARIABLE.findall(prompt)))
+    if len(others) == 1:  # LangChain's templates name it {QUESTION}: it takes the question
+        return HypothesisPrompt("custom", _OTHER_VARIABLE.sub("{question}", prompt), "user")
     if others:
         raise UnknownPromptError(
-            f"the prompt template has {', '.join('{' + o + '}' for o in others)} but no "
-            "{question}: the question is filled in at {question} (lower case), e.g. "
+            f"the prompt template has {', '.join('{' + o + '}' for o in others)}: a "
+            "hypothesis prompt takes one variable, where the question goes, e.g. "
             "'Write a passage that answers: {question}'"
         )
     raise UnknownPromptError(

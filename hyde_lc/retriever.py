@@ -1,16 +1,24 @@
 """`HyDERetriever`: Hypothetical Document Embeddings (Gao et al. 2022), hybrid, for LangChain.
 
-The pipeline, one public step per line::
+The pipeline, one public step per line, in three files::
 
     question --write_hypotheses--> N passages (hypothesis LLM; none with n_hypotheses=0)
              --embed-->            vectors of the texts the fusion needs
              --fuse-->             one search vector (mean | concat), or one per text (rrf)
+                                   (these three: `hyde_lc.hyde_transform.HyDETransform`,
+                                   shared with `hyde_lc.HyDEEmbeddings`)
              --search-->           dense hits (vector store) + lexical hits (BM25, fed the
                                    question and the passages), fused into one ranking
+                                   (`hyde_lc.hybrid_search.HybridSearch`)
 
-Each step can be called on its own (`write_hypotheses`, `embed`, `fuse`, `search`), and
-`retrieve_with_details` runs them all and returns what each produced (`HyDEResult`).
-``invoke`` runs the same steps in the same LangChain run (callbacks, tracing, tags).
+This module composes the two: each step can be called on its own (`write_hypotheses`,
+`embed`, `fuse`, `search`), and `retrieve_with_details` runs them all and returns what
+each produced (`HyDEResult`). ``invoke`` runs the same steps in the same LangChain run
+(callbacks, tracing, tags). The settings are the retriever's fields; the two units are
+made from them at each call, so a field changed after construction is checked again
+(`InvalidSettingError`) before any model runs. The Documents returned are
+`hyde_lc.chunks.RetrievedChunk`: one chunk found by two searches compares equal, so
+LangChain's wrappers (``MultiQueryRetriever``, ``EnsembleRetriever``) keep it once.
 
 **Dense side.** By default the mean weights the query 0.8 and the hypotheses share 0.2
 (`DEFAULT_QUERY_WEIGHT`, measured on SciFact with the local writers); ``query_weight=None``
@@ -30,7 +38,7 @@ search uses the query alone and every Document says so in ``metadata["hyde_fallb
 The query is data: it is placed in the prompt as-is, never interpreted. An empty query
 is refused (`InvalidQueryError`); one longer than ``max_query_chars`` is cut to that
 length and every Document says so in ``metadata["hyde_query_truncated"]``. Every invalid
-setting raises `InvalidSettingError`, at construction and per call alike.
+setting raises `InvalidSettingError`, at construction and at the next call alike.
 
 Example:
     >>> from hyde_lc import HyDERetriever, load_llm, open_store
@@ -45,13 +53,9 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import time
 from abc import abstractmethod
-from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -73,59 +77,57 @@ from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from hyde_lc.chunks import RetrievedChunk
 from hyde_lc.errors import InvalidQueryError, InvalidSettingError
-from hyde_lc.fusion import (
-    FUSION_MODES,
-    HYBRID_FUSIONS,
-    concat_text,
-    fuse_mean,
-    reciprocal_rank_fusion,
-    score_fusion,
-    similar_enough,
+from hyde_lc.hybrid_search import (
+    DEFAULT_DENSE_WEIGHT,
+    HYBRID_CANDIDATES,
+    HybridFusion,
+    HybridSearch,
+    check_hybrid_fusion,
+    in_background,
+    settled,
 )
-from hyde_lc.hypotheses import Hypotheses, awrite_hypotheses, write_hypotheses
-from hyde_lc.lexical import DEFAULT_QUERY_REPEATS, LexicalSearch, lexical_query, lexical_search_for
+from hyde_lc.hyde_transform import (
+    DEFAULT_QUERY_WEIGHT,
+    MAX_HYPOTHESES,
+    Embedded,
+    Fused,
+    Fusion,
+    HyDETransform,
+    check_fusion,
+    check_gate,
+    check_n_hypotheses,
+    check_prompt,
+    check_query_weight,
+    check_timeout,
+)
+from hyde_lc.hypotheses import Hypotheses
+from hyde_lc.lexical import DEFAULT_QUERY_REPEATS, LexicalSearch, lexical_search_for
 from hyde_lc.prompts import DEFAULT_PROMPT, get_prompt
-from hyde_lc.vectorstore import (
-    check_dimension,
-    check_embeddings,
-    is_chroma,
-    mmr_search,
-    scored_search,
-    vector_search,
-    with_metadata,
-)
+from hyde_lc.vectorstore import check_dimension, check_embeddings
+
+__all__ = [  # the units' names stay importable from here
+    "DEFAULT_DENSE_WEIGHT",
+    "DEFAULT_QUERY_WEIGHT",
+    "HYBRID_CANDIDATES",
+    "MAX_HYPOTHESES",
+    "MAX_QUERY_CHARS",
+    "DetailedRetriever",
+    "Embedded",
+    "Fused",
+    "HyDEResult",
+    "HyDERetriever",
+    "clip_query",
+    "configuration_label",
+    "valid_k",
+]
 
 logger = logging.getLogger(__name__)
-
-Fusion = Literal["mean", "concat", "rrf"]
-HybridFusion = Literal["score", "rrf"]
-
-DEFAULT_QUERY_WEIGHT = 0.8
-"""The query's share of the dense fusion by default, chosen on SciFact train and confirmed
-once on test with the default local writer (BENCHMARKS.md): the paper's equal weighting
-(``query_weight=None``) lets a small writer's hypothesis pull the search off the question."""
-
-DEFAULT_DENSE_WEIGHT = 0.5
-"""The dense list's share of the hybrid fusion (the lexical list has the rest): chosen on
-all 809 SciFact train queries (0.4 and 0.5 tied at 73.0 nDCG@10; BENCHMARKS.md)."""
-
-HYBRID_CANDIDATES = 100
-"""Candidates taken from each list before fusing: the rescaling of `score_fusion` needs a
-list deep enough that its lowest score means "not relevant"."""
 
 MAX_QUERY_CHARS = 4000
 """Longest query used as-is: about 1,000 tokens of English, so the hypothesis prompt and
 the answer prompt stay well inside a 4,096-token local context window."""
-
-MAX_HYPOTHESES = 64
-"""The most hypotheses per prompt: generation cost grows with each one (about 2-10 s each
-on 2 cores with the default local writer), and their mean stops moving long before."""
-
-_EARLY = ThreadPoolExecutor(max_workers=8, thread_name_prefix="hyde-side")
-"""Work that does not wait for the step before it: the query's embedding while the
-hypotheses are written, and the lexical search while the dense side embeds and searches.
-Its tasks never wait on each other, so a full pool only queues them."""
 
 
 def clip_query(query: str, max_chars: int | None = MAX_QUERY_CHARS) -> tuple[str, str | None]:
@@ -160,42 +162,7 @@ def clip_query(query: str, max_chars: int | None = MAX_QUERY_CHARS) -> tuple[str
     return query[:max_chars], note
 
 
-# -- what the steps return ---------------------------------------------------------------
-
-
-@dataclass
-class Embedded:
-    """What `HyDERetriever.embed` embedded: the texts and their vectors, in order.
-
-    ``texts[i]`` was embedded into ``vectors[i]``. With ``mean`` and ``rrf`` the query
-    (when it takes part) comes first, then each hypothesis; with ``concat`` there is one
-    text; without hypotheses, the query alone.
-    """
-
-    texts: list[str]
-    vectors: list[list[float]]
-    query_vector: list[float] | None = None
-    """The query's own embedding, when it was computed (also for the similarity gate)."""
-    hypotheses: int = 0
-    """How many of ``texts`` are hypotheses (they come last)."""
-
-
-@dataclass
-class Fused:
-    """What `HyDERetriever.fuse` made of `Embedded`: the dense search vector(s)."""
-
-    vectors: list[list[float]]
-    """One vector (mean, concat, no hypotheses), or one per ranking to fuse (rrf)."""
-    weights: list[float] | None = None
-    """With several vectors: each ranking's weight in reciprocal rank fusion."""
-    dropped: int = 0
-    """Hypotheses left out by ``min_hypothesis_similarity``."""
-    kept: list[int] | None = None
-    """Positions of the hypotheses the gate kept (None: no gate applied, all of them)."""
-
-    def kept_texts(self, hypotheses: Sequence[str]) -> list[str]:
-        """The hypotheses that took part: the lexical query uses these, as the dense one."""
-        return list(hypotheses) if self.kept is None else [hypotheses[i] for i in self.kept]
+# -- what a retrieval returns, and the base class -------------------------------------
 
 
 @dataclass
@@ -468,40 +435,22 @@ class HyDERetriever(DetailedRetriever):
     @field_validator("n_hypotheses")
     @classmethod
     def _check_n(cls, value: int) -> int:
-        if not 0 <= value <= MAX_HYPOTHESES:
-            raise InvalidSettingError(
-                f"n_hypotheses must be between 0 (no LLM) and {MAX_HYPOTHESES}, got {value}: "
-                "each hypothesis is one more generation"
-            )
-        return value
+        return check_n_hypotheses(value)
 
     @field_validator("fusion", mode="before")
     @classmethod
     def _check_fusion(cls, value: str) -> str:
-        if value not in FUSION_MODES:
-            raise InvalidSettingError(
-                f"unknown fusion {value!r}: choose one of {', '.join(FUSION_MODES)}"
-            )
-        return value
+        return check_fusion(value)
 
     @field_validator("hybrid_fusion", mode="before")
     @classmethod
     def _check_hybrid_fusion(cls, value: str) -> str:
-        if value not in HYBRID_FUSIONS:
-            raise InvalidSettingError(
-                f"unknown hybrid_fusion {value!r}: choose one of {', '.join(HYBRID_FUSIONS)}"
-            )
-        return value
+        return check_hybrid_fusion(value)
 
     @field_validator("prompt")
     @classmethod
     def _check_prompt(cls, value: Any) -> Any:
-        items = value if isinstance(value, list) else [value]
-        if not items:
-            raise InvalidSettingError("prompt needs at least one prompt name or template")
-        for item in items:
-            get_prompt(item)  # raises with the list of valid names
-        return value
+        return check_prompt(value)
 
     @field_validator("lexical", mode="before")
     @classmethod
@@ -516,46 +465,17 @@ class HyDERetriever(DetailedRetriever):
     def _check_combination(self) -> HyDERetriever:
         if "n_hypotheses" not in self.model_fields_set and self.hypothesis_llm is None:
             self.n_hypotheses = 0  # no writer given: search the question itself
-        if self.n_hypotheses and self.hypothesis_llm is None:
-            raise InvalidSettingError(
-                "n_hypotheses > 0 needs a hypothesis_llm (or set n_hypotheses=0)"
-            )
-        if self.timeout is not None and not 0 < self.timeout < float("inf"):
-            raise InvalidSettingError(
-                f"timeout must be a positive number of seconds or None, got {self.timeout}"
-            )
-        for name in ("dense_weight",):
-            value = getattr(self, name)
-            if not 0 <= value <= 1:
-                raise InvalidSettingError(f"{name} must lie between 0 and 1, got {value}")
-        for name in ("rrf_candidates", "hybrid_candidates", "lexical_query_repeats"):
-            if getattr(self, name) < 1:
-                raise InvalidSettingError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.query_weight is not None:
-            if not 0 < self.query_weight < 1:
+        check_timeout(self.timeout)
+        check_query_weight(self.query_weight)
+        if self.query_weight is not None and (self.fusion == "concat" or not self.include_query):
+            if "query_weight" in self.model_fields_set:
                 raise InvalidSettingError(
-                    f"query_weight must lie strictly between 0 and 1, got {self.query_weight} "
-                    "(for 0 set include_query=False; for 1 set n_hypotheses=0)"
+                    "query_weight needs the query in a mean or rrf fusion: use "
+                    "fusion='mean' or 'rrf' with include_query=True, or leave "
+                    "query_weight unset"
                 )
-            if self.fusion == "concat" or not self.include_query:
-                if "query_weight" in self.model_fields_set:
-                    raise InvalidSettingError(
-                        "query_weight needs the query in a mean or rrf fusion: use "
-                        "fusion='mean' or 'rrf' with include_query=True, or leave "
-                        "query_weight unset"
-                    )
-                self.query_weight = None  # the default applies where the query is fused
-        gate = self.min_hypothesis_similarity
-        if gate is not None:
-            if not -1 <= gate <= 1:
-                raise InvalidSettingError(
-                    f"min_hypothesis_similarity is a cosine similarity between -1 and 1, got {gate}"
-                )
-            if self.fusion == "concat":
-                raise InvalidSettingError(
-                    "min_hypothesis_similarity needs each hypothesis embedded on its own: use "
-                    "fusion='mean' or 'rrf', or leave min_hypothesis_similarity=None"
-                )
+            self.query_weight = None  # the default applies where the query is fused
+        check_gate(self.min_hypothesis_similarity, self.fusion)
         if "k" in self.search_kwargs:  # the usual LangChain spelling: it sets the default k
             self.search_kwargs = dict(self.search_kwargs)
             self.k = valid_k(self.search_kwargs.pop("k"))
@@ -564,10 +484,12 @@ class HyDERetriever(DetailedRetriever):
                 "HyDERetriever needs embeddings: pass embeddings=... (the model the store's "
                 "vectors were made with), or a store that carries its embedding function"
             )
+        self.hyde_transform  # noqa: B018  (the units check the rest: n, weights, candidates)
+        self._search_unit(None)
         check_embeddings(self.vectorstore, self.embedding_model)
         return self
 
-    # -- configuration -----------------------------------------------------------------
+    # -- the two units, made of the fields ---------------------------------------------
 
     @property
     def embedding_model(self) -> Embeddings:
@@ -575,6 +497,42 @@ class HyDERetriever(DetailedRetriever):
         embeddings = self.embeddings or self.vectorstore.embeddings
         assert embeddings is not None  # checked at construction
         return embeddings
+
+    @property
+    def hyde_transform(self) -> HyDETransform:
+        """The HyDE transform these settings make (question -> search vector(s))."""
+        return HyDETransform(
+            self.embedding_model,
+            llm=self.hypothesis_llm,
+            prompt=self.prompt,
+            n_hypotheses=self.n_hypotheses,
+            hypothesis_length=self.hypothesis_length,
+            timeout=self.timeout,
+            cache=self.hypothesis_cache,
+            fusion=self.fusion,
+            include_query=self.include_query,
+            query_weight=self.query_weight,
+            min_similarity=self.min_hypothesis_similarity,
+        )
+
+    @property
+    def hybrid_search(self) -> HybridSearch:
+        """The hybrid search these settings make (search vector(s) + texts -> chunks)."""
+        # MMR searches dense only: the lexical side is not even looked up
+        return self._search_unit(self.lexical_search if self.search_type == "similarity" else None)
+
+    def _search_unit(self, lexical: LexicalSearch | None) -> HybridSearch:
+        return HybridSearch(
+            self.vectorstore,
+            lexical,
+            search_kwargs=self.search_kwargs,
+            search_type=self.search_type,
+            dense_weight=self.dense_weight,
+            hybrid_fusion=self.hybrid_fusion,
+            lexical_query_repeats=self.lexical_query_repeats,
+            candidates=self.hybrid_candidates,
+            rrf_candidates=self.rrf_candidates,
+        )
 
     @property
     def lexical_search(self) -> LexicalSearch | None:
@@ -608,55 +566,26 @@ class HyDERetriever(DetailedRetriever):
             return self
         return self.model_copy(update={"hypothesis_cache": InMemoryCache()})
 
-    # -- step 1: hypotheses ------------------------------------------------------------
+    # -- the steps, each callable on its own -------------------------------------------
 
     def build_prompts(self, query: str) -> list[str]:
         """The rendered prompts: ``n_hypotheses`` per configured prompt."""
-        names = self.prompt if isinstance(self.prompt, list) else [self.prompt]
-        rendered = [get_prompt(n).render(query, self.hypothesis_length) for n in names]
-        return [p for p in rendered for _ in range(self.n_hypotheses)]
+        return self.hyde_transform.build_prompts(query)
 
     def write_hypotheses(self, query: str, config: RunnableConfig | None = None) -> Hypotheses:
         """Step 1: write the hypotheses (concurrently, cache first, within ``timeout``)."""
-        if not self.n_hypotheses:
-            return Hypotheses([], [])
-        assert self.hypothesis_llm is not None
-        return write_hypotheses(
-            self.hypothesis_llm,
-            self.build_prompts(query),
-            config=config,
-            timeout=self.timeout,
-            cache=self.hypothesis_cache,
-        )
+        return self.hyde_transform.write(query, config)
 
     async def awrite_hypotheses(
         self, query: str, config: RunnableConfig | None = None
     ) -> Hypotheses:
         """Async `write_hypotheses`: the generations are awaited together."""
-        if not self.n_hypotheses:
-            return Hypotheses([], [])
-        assert self.hypothesis_llm is not None
-        return await awrite_hypotheses(
-            self.hypothesis_llm,
-            self.build_prompts(query),
-            config=config,
-            timeout=self.timeout,
-            cache=self.hypothesis_cache,
-        )
-
-    # -- step 2: embeddings ------------------------------------------------------------
-
-    def _needs_query_vector(self, hypotheses: Sequence[str]) -> bool:
-        if not hypotheses:
-            return True
-        if self.fusion == "concat":
-            return False
-        return self.include_query or self.min_hypothesis_similarity is not None
+        return await self.hyde_transform.awrite(query, config)
 
     def embed(
         self,
         query: str,
-        hypotheses: Sequence[str],
+        hypotheses: list[str] | tuple[str, ...],
         query_vector: list[float] | None = None,
     ) -> Embedded:
         """Step 2: embed what the fusion needs (hypotheses in one batch).
@@ -664,20 +593,7 @@ class HyDERetriever(DetailedRetriever):
         ``query_vector``, when given, is the query's embedding computed earlier (the
         retriever computes it while the hypotheses are being written).
         """
-        embeddings = self.embedding_model
-        hypotheses = list(hypotheses)
-        if hypotheses and self.fusion == "concat":
-            text = concat_text(query if self.include_query else None, hypotheses)
-            return Embedded([text], [embeddings.embed_query(text)], hypotheses=len(hypotheses))
-        if self._needs_query_vector(hypotheses) and query_vector is None:
-            query_vector = embeddings.embed_query(query)
-        vectors = embeddings.embed_documents(hypotheses) if hypotheses else []
-        texts, out = list(hypotheses), list(vectors)
-        if query_vector is not None and (self.include_query or not hypotheses):
-            texts, out = [query, *texts], [query_vector, *out]
-        return Embedded(texts, out, query_vector, hypotheses=len(hypotheses))
-
-    # -- step 3: fusion ----------------------------------------------------------------
+        return self.hyde_transform.embed(query, hypotheses, query_vector)
 
     def fuse(self, embedded: Embedded) -> Fused:
         """Step 3: the dense search vector(s) made of `Embedded`.
@@ -685,32 +601,7 @@ class HyDERetriever(DetailedRetriever):
         The weighted mean, the concat vector, or one vector per ranking for ``rrf``;
         hypotheses below ``min_hypothesis_similarity`` are left out first.
         """
-        if not embedded.hypotheses or self.fusion == "concat":
-            return Fused(embedded.vectors[:1])
-        with_query = len(embedded.vectors) > embedded.hypotheses
-        hypotheses = embedded.vectors[-embedded.hypotheses :]
-        dropped = 0
-        kept: list[int] | None = None
-        gate = self.min_hypothesis_similarity
-        if gate is not None and embedded.query_vector is not None:
-            kept = similar_enough(embedded.query_vector, hypotheses, gate)
-            dropped = len(hypotheses) - len(kept)
-            hypotheses = [hypotheses[i] for i in kept]
-            if not hypotheses:
-                return Fused([embedded.query_vector], dropped=dropped, kept=kept)
-        vectors = ([embedded.vectors[0]] if with_query else []) + hypotheses
-        weights = self._fusion_weights(len(vectors), with_query)
-        if self.fusion == "mean":
-            return Fused([fuse_mean(vectors, weights)], dropped=dropped, kept=kept)
-        return Fused(vectors, weights, dropped=dropped, kept=kept)
-
-    def _fusion_weights(self, count: int, with_query: bool) -> list[float] | None:
-        """Weights of [query, *hypotheses] by ``query_weight`` (None: all equal)."""
-        if self.query_weight is None or not with_query or count < 2:
-            return None
-        return [self.query_weight] + [(1 - self.query_weight) / (count - 1)] * (count - 1)
-
-    # -- step 4: search ----------------------------------------------------------------
+        return self.hyde_transform.fuse(embedded)
 
     def search(
         self,
@@ -718,7 +609,7 @@ class HyDERetriever(DetailedRetriever):
         k: int,
         *,
         query: str = "",
-        hypotheses: Sequence[str] = (),
+        hypotheses: list[str] | tuple[str, ...] = (),
     ) -> list[Document]:
         """Step 4: dense hits for ``fused``, fused with lexical hits for query + hypotheses.
 
@@ -727,267 +618,107 @@ class HyDERetriever(DetailedRetriever):
         ``lexical_score`` give each list's own score (None where it did not find the
         chunk) and ``found_by`` the lists that found it.
         """
-        return self._search(fused, k, self._start_lexical(query, hypotheses, k))
-
-    def _lexical_side(self) -> LexicalSearch | None:
-        return self.lexical_search if self.search_type == "similarity" else None
-
-    def _start_lexical(
-        self, query: str, hypotheses: Sequence[str], k: int
-    ) -> Future[list[tuple[str, float]]] | None:
-        """Start the lexical search in the background (None: dense only).
-
-        It needs only texts, so it runs while the dense side embeds and searches.
-        """
-        lexical = self._lexical_side()
-        if lexical is None:
-            return None
-        weights = lexical_query(query, list(hypotheses), self.lexical_query_repeats)
-        depth = max(k, self.hybrid_candidates)
-        where = self.search_kwargs.get("filter")
-        context = contextvars.copy_context()
-        return _EARLY.submit(context.run, lexical.search, weights, depth, where)
-
-    def _search(
-        self, fused: Fused, k: int, lexical_hits: Future[list[tuple[str, float]]] | None
-    ) -> list[Document]:
-        """The dense search for ``fused``, fused with the lexical search already started."""
-        lexical = self._lexical_side()
-        if lexical_hits is None or lexical is None:
-            return self._dense(fused, k)
-        with _settled(lexical_hits):
-            scored, docs = self._dense_candidates(fused, max(k, self.hybrid_candidates))
-        return self._hybrid(scored, docs, lexical_hits.result(), k, lexical)
-
-    def _dense_candidates(
-        self, fused: Fused, depth: int
-    ) -> tuple[list[tuple[str, Any]], dict[str, Document]]:
-        """A hybrid search's dense side: ``(id, score)`` best first, and the chunks read.
-
-        A Chroma collection searched with one vector (and at most a ``filter``) gives ids
-        and scores only: the texts of the candidates that make the fused ranking are read
-        afterwards, in one request. Another store gives its own Documents, which `_hybrid`
-        copies only when it returns them; several vectors (``rrf``) give their fusion.
-        """
-        if len(fused.vectors) > 1:
-            hits = self._dense(fused, depth)
-            return [(_key(d), d.metadata.get("score")) for d in hits], {_key(d): d for d in hits}
-        vector = fused.vectors[0]
-        if is_chroma(self.vectorstore) and not set(self.search_kwargs) - {"filter"}:
-            from hyde_lc import store
-
-            where = self.search_kwargs.get("filter")  # pending versions: left out by vector_hits
-            return store.vector_hits(self.vectorstore, vector, depth, where), {}  # type: ignore[arg-type]
-        pairs = scored_search(self.vectorstore, vector, depth, self.search_kwargs)
-        return [(_key(d), score) for d, score in pairs], {_key(d): d for d, _ in pairs}
-
-    def _dense(self, fused: Fused, k: int) -> list[Document]:
-        """One search, or the reciprocal rank fusion of several (``rrf``)."""
-        if len(fused.vectors) == 1:
-            return self._search_one(fused.vectors[0], k)
-        depth = max(k, self.rrf_candidates)
-        rankings = [self._search_one(v, depth) for v in fused.vectors]
-        by_key: dict[str, Document] = {}
-        for ranking in rankings:
-            for doc in ranking:
-                by_key.setdefault(_key(doc), doc)
-        fused_ids = reciprocal_rank_fusion(
-            [[_key(d) for d in r] for r in rankings], weights=fused.weights
-        )[:k]
-        out = []
-        for key, score in fused_ids:
-            found = by_key[key]
-            out.append(with_metadata(found, similarity=found.metadata.get("score"), score=score))
-        return out
-
-    def _search_one(self, vector: list[float], k: int) -> list[Document]:
-        if self.search_type == "mmr":
-            return mmr_search(self.vectorstore, vector, k, self.search_kwargs)
-        return vector_search(self.vectorstore, vector, k, self.search_kwargs)
-
-    def _hybrid(
-        self,
-        dense_scored: list[tuple[str, Any]],
-        dense_docs: dict[str, Document],
-        lexical_hits: list[tuple[str, float]],
-        k: int,
-        lexical: LexicalSearch,
-    ) -> list[Document]:
-        """Fuse the two lists; chunks not already read are read now, best first.
-
-        ``dense_docs`` holds the dense candidates already read (all of them, or none when
-        the dense side returned ids only). A chunk read now may have gone (or be mid-write)
-        since it was found: it is skipped, and the next ones in the ranking are read.
-        """
-        weights = [self.dense_weight, 1 - self.dense_weight]
-        if self.hybrid_fusion == "rrf" or any(score is None for _, score in dense_scored):
-            # a store that returns no scores: fuse by rank
-            ranked = reciprocal_rank_fusion(
-                [[i for i, _ in dense_scored], [i for i, _ in lexical_hits]], weights=weights
-            )
-        else:
-            ranked = score_fusion([dense_scored, lexical_hits], weights)
-        dense_scores = dict(dense_scored)
-        lexical_scores = dict(lexical_hits)
-        out: list[Document] = []
-        start, width = 0, 2 * k
-        while len(out) < k and start < len(ranked):
-            batch = ranked[start : start + width]
-            unread = [key for key, _ in batch if key not in dense_docs]
-            read = {_key(d): d for d in lexical.documents(unread)} if unread else {}
-            for key, score in batch:
-                found = dense_docs.get(key) or read.get(key)
-                if found is None:
-                    continue
-                found_by = [
-                    name
-                    for name, hit in (
-                        ("dense", key in dense_scores),
-                        ("lexical", key in lexical_scores),
-                    )
-                    if hit
-                ]
-                out.append(
-                    with_metadata(
-                        found,
-                        dense_score=dense_scores.get(key),
-                        lexical_score=lexical_scores.get(key),
-                        found_by=found_by,
-                        score=score,
-                    )
-                )
-                if len(out) == k:
-                    break
-            start, width = start + width, 2 * width
-        return out
+        return self.hybrid_search.search(fused, k, query=query, hypotheses=hypotheses)
 
     # -- the whole pipeline ------------------------------------------------------------
 
-    def _prepare(self, query: str, kwargs: dict[str, Any]) -> tuple[str, str | None, int]:
-        """Check the call's query and k before any model runs; cut a long query."""
+    def _prepare(
+        self, query: str, kwargs: dict[str, Any]
+    ) -> tuple[str, str | None, int, HyDETransform, HybridSearch]:
+        """Check the call's query, k and settings before any model runs; cut a long query."""
         k = valid_k(kwargs.get("k", self.k))
         query, note = clip_query(query, self.max_query_chars)
-        return query, note, k
+        return query, note, k, self.hyde_transform, self.hybrid_search
 
     def _retrieve(
         self, query: str, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> HyDEResult:
-        query, note, k = self._prepare(query, kwargs)
-        early = self._embed_query_early(query)
-        lexical = None if self.n_hypotheses else self._start_lexical(query, (), k)
-        start = time.perf_counter()
-        written = self.write_hypotheses(query, self._child(run_manager, "hyde.hypothesis"))
-        timings = {"hypothesis_s": time.perf_counter() - start}
-        if self._lexical_before_embedding():
-            lexical = self._start_lexical(query, written.texts, k)
-        start = time.perf_counter()
-        embed: RunnableLambda[list[float] | None, Embedded] = RunnableLambda(
-            lambda vector: self.embed(query, written.texts, vector), name="hyde.embed"
+        query, note, k, transform, search = self._prepare(query, kwargs)
+        early = (
+            in_background(transform.embeddings.embed_query, query)
+            if transform.embeds_query_early
+            else None
         )
-        with _settled(lexical):
+        lexical = None if transform.writes else search.start_lexical(query, (), k)
+        start = time.perf_counter()
+        written = transform.write(query, self._child(run_manager, "hyde.hypothesis"))
+        timings = {"hypothesis_s": time.perf_counter() - start}
+        if _lexical_before_embedding(transform):
+            lexical = search.start_lexical(query, written.texts, k)
+        start = time.perf_counter()
+        with settled(lexical):
             vector = early.result() if early else None
             if _observed(run_manager):
+                embed: RunnableLambda[list[float] | None, Embedded] = RunnableLambda(
+                    lambda v: transform.embed(query, written.texts, v), name="hyde.embed"
+                )
                 embedded = embed.invoke(vector, self._child(run_manager, "hyde.embed"))
             else:  # nobody listens: the child run would only cost time
-                embedded = self.embed(query, written.texts, vector)
-            fused = self.fuse(embedded)
+                embedded = transform.embed(query, written.texts, vector)
+            fused = transform.fuse(embedded)
             check_dimension(self.vectorstore, len(fused.vectors[0]))
         timings["embedding_s"] = time.perf_counter() - start
         start = time.perf_counter()
-        if self.n_hypotheses and not self._lexical_before_embedding():
-            lexical = self._start_lexical(query, fused.kept_texts(written.texts), k)
-        docs = self._search(fused, k, lexical)
+        if transform.writes and not _lexical_before_embedding(transform):
+            lexical = search.start_lexical(query, fused.kept_texts(written.texts), k)
+        docs = search.search(fused, k, lexical)
         timings["search_s"] = time.perf_counter() - start
-        return self._result(query, note, written, embedded, fused, docs, timings)
+        return self._result(transform, search, query, note, written, embedded, fused, docs, timings)
 
     async def _aretrieve(
         self, query: str, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> HyDEResult:
-        query, note, k = self._prepare(query, kwargs)
+        query, note, k, transform, search = self._prepare(query, kwargs)
         early = None
-        if self._embeds_query_early():
+        if transform.embeds_query_early:
             early = asyncio.ensure_future(
-                run_in_executor(None, self.embedding_model.embed_query, query)
+                run_in_executor(None, transform.embeddings.embed_query, query)
             )
-        lexical = None if self.n_hypotheses else self._start_lexical(query, (), k)
+        lexical = None if transform.writes else search.start_lexical(query, (), k)
         start = time.perf_counter()
         try:
-            written = await self.awrite_hypotheses(
-                query, self._child(run_manager, "hyde.hypothesis")
-            )
+            written = await transform.awrite(query, self._child(run_manager, "hyde.hypothesis"))
         except BaseException:
             if early is not None:
                 early.cancel()
             raise
         timings = {"hypothesis_s": time.perf_counter() - start}
-        if self._lexical_before_embedding():
-            lexical = self._start_lexical(query, written.texts, k)
+        if _lexical_before_embedding(transform):
+            lexical = search.start_lexical(query, written.texts, k)
         start = time.perf_counter()
 
         async def aembed(vector: list[float] | None) -> Embedded:
-            return await run_in_executor(None, self.embed, query, written.texts, vector)
+            return await run_in_executor(None, transform.embed, query, written.texts, vector)
 
-        embed = RunnableLambda(
-            lambda vector: self.embed(query, written.texts, vector), afunc=aembed, name="hyde.embed"
-        )
-        with _settled(lexical):
+        with settled(lexical):
             query_vector = await early if early is not None else None
             if _observed(run_manager):
+                embed = RunnableLambda(
+                    lambda v: transform.embed(query, written.texts, v),
+                    afunc=aembed,
+                    name="hyde.embed",
+                )
                 embedded = await embed.ainvoke(query_vector, self._child(run_manager, "hyde.embed"))
             else:  # nobody listens: the child run would only cost time
                 embedded = await aembed(query_vector)
-            fused = self.fuse(embedded)
+            fused = transform.fuse(embedded)
             check_dimension(self.vectorstore, len(fused.vectors[0]))
         timings["embedding_s"] = time.perf_counter() - start
         start = time.perf_counter()
-        if self.n_hypotheses and not self._lexical_before_embedding():
-            lexical = self._start_lexical(query, fused.kept_texts(written.texts), k)
-        docs = await run_in_executor(None, self._search, fused, k, lexical)
+        if transform.writes and not _lexical_before_embedding(transform):
+            lexical = search.start_lexical(query, fused.kept_texts(written.texts), k)
+        docs = await run_in_executor(None, search.search, fused, k, lexical)
         timings["search_s"] = time.perf_counter() - start
-        return self._result(query, note, written, embedded, fused, docs, timings)
-
-    def _lexical_before_embedding(self) -> bool:
-        """Whether the lexical query is known once the hypotheses are written.
-
-        It is unless ``min_hypothesis_similarity`` may leave some out: that needs their
-        vectors first.
-        """
-        return bool(self.n_hypotheses) and self.min_hypothesis_similarity is None
-
-    def _embeds_query_early(self) -> bool:
-        """Whether the query's own vector is used beside hypotheses (fused, or for the gate).
-
-        Then it is computed while the hypotheses are being written; otherwise it is
-        computed only if no hypothesis comes.
-        """
-        if not self.n_hypotheses or self.fusion == "concat":
-            return False
-        return self.include_query or self.min_hypothesis_similarity is not None
-
-    def _embed_query_early(self, query: str) -> Future[list[float]] | None:
-        """Start the query's embedding now if hypotheses are coming (it does not need them)."""
-        if not self._embeds_query_early():
-            return None
-        context = contextvars.copy_context()
-        return _EARLY.submit(context.run, self.embedding_model.embed_query, query)
+        return self._result(transform, search, query, note, written, embedded, fused, docs, timings)
 
     @staticmethod
     def _child(run_manager: Any, tag: str) -> RunnableConfig:
         return RunnableConfig(callbacks=run_manager.get_child(tag), tags=[tag], run_name=tag)
 
-    def _fallback(self, written: Hypotheses, dropped: int) -> str | None:
-        """Why the dense search used the query alone, if it did."""
-        if not self.n_hypotheses:
-            return None
-        if written.fallback or not written.texts or dropped < len(written.texts):
-            return written.fallback
-        return (
-            f"no hypothesis reached min_hypothesis_similarity={self.min_hypothesis_similarity}"
-            " (cosine to the query): searched with the query alone"
-        )
-
     def _result(
         self,
+        transform: HyDETransform,
+        search: HybridSearch,
         query: str,
         note: str | None,
         written: Hypotheses,
@@ -999,20 +730,20 @@ class HyDERetriever(DetailedRetriever):
         result = HyDEResult(
             query=query,
             hypotheses=written.texts,
-            documents=docs,
+            documents=[RetrievedChunk.of(doc) for doc in docs],
             label=self.label,
-            fallback=self._fallback(written, fused.dropped),
+            fallback=transform.fallback(written, fused),
             timings=timings,
             hypothesis_messages=written.messages,
             prompts=written.prompts,
             cache_hits=written.cache_hits,
-            embedded_texts=_read_texts(query, embedded),
+            embedded_texts=embedded.read_texts(query),
             search_vectors=fused.vectors,
             query_note=note,
             hypotheses_dropped=fused.dropped,
-            lexical=self.lexical_search is not None and self.search_type == "similarity",
+            lexical=search.lexical_side is not None,
         )
-        for doc in docs:
+        for doc in result.documents:
             doc.metadata["retrieval_mode"] = result.label
             if result.fallback:
                 doc.metadata["hyde_fallback"] = result.fallback
@@ -1023,34 +754,18 @@ class HyDERetriever(DetailedRetriever):
         return result
 
 
+def _lexical_before_embedding(transform: HyDETransform) -> bool:
+    """Whether the lexical query is known once the hypotheses are written.
+
+    It is unless ``min_hypothesis_similarity`` may leave some out: that needs their
+    vectors first.
+    """
+    return transform.writes and transform.min_similarity is None
+
+
 def _observed(run_manager: Any) -> bool:
     """Whether any callback handler (tracing, ``astream_events``, ...) sees this run."""
     return bool(run_manager.handlers or run_manager.inheritable_handlers)
-
-
-@contextmanager
-def _settled(pending: Future[Any] | None) -> Iterator[None]:
-    """Cancel ``pending`` if the block fails (a started search then runs out unread)."""
-    try:
-        yield
-    except BaseException:
-        if pending is not None:
-            pending.cancel()
-        raise
-
-
-def _read_texts(query: str, embedded: Embedded) -> list[str]:
-    """Every text the embedding model read for one retrieval.
-
-    ``embedded.texts``, and the query when it was embedded for the similarity gate only.
-    """
-    if embedded.query_vector is not None and len(embedded.vectors) == embedded.hypotheses:
-        return [query, *embedded.texts]
-    return list(embedded.texts)
-
-
-def _key(doc: Document) -> str:
-    return str(doc.id) if doc.id else doc.page_content
 
 
 _LABEL_FIELDS: tuple[tuple[str, str], ...] = (

@@ -7,6 +7,7 @@ from operator import itemgetter
 
 import numpy as np
 import pytest
+from langchain_classic.chains.hyde.prompts import PROMPT_MAP
 from langchain_core.language_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langchain_core.prompts import PromptTemplate
@@ -90,16 +91,35 @@ def test_langchain_from_llm_keywords_are_accepted(base):
     ]
 
 
+@pytest.mark.parametrize("key", sorted(PROMPT_MAP))
+def test_langchains_own_templates_are_used_as_they_are(base, key):
+    """LangChain's ``PROMPT_MAP`` templates name their variable QUESTION, Claim, PASSAGE, ...:
+    a drop-in fills whichever one there is with the question."""
+    llm = PromptLog(responses=[PASSAGE])
+    embeddings = HyDEEmbeddings.from_llm(llm, base, custom_prompt=PROMPT_MAP[key])
+    details = embeddings.embed_query_with_details(QUESTION)
+    (variable,) = PROMPT_MAP[key].input_variables
+    assert llm.seen == [PROMPT_MAP[key].format(**{variable: QUESTION})]
+    assert details.hypotheses == [PASSAGE] and details.fallback is None
+
+
+def test_a_template_string_with_one_other_variable_takes_the_question(base):
+    llm = PromptLog(responses=[PASSAGE])
+    template = "Please write a passage to answer the question\nQuestion: {QUESTION}\nPassage:"
+    HyDEEmbeddings.from_llm(llm, base, prompt=template).embed_query(QUESTION)
+    assert llm.seen == [template.replace("{QUESTION}", QUESTION)]
+
+
 @pytest.mark.parametrize(
     "prompt",
     [
-        "Please write a passage to answer the question\nQuestion: {QUESTION}\nPassage:",
-        PromptTemplate.from_template("Passage for {QUESTION}:"),
+        "Answer {QUESTION} using {context}",
+        PromptTemplate.from_template("Answer {QUESTION} using {context}"),
     ],
     ids=["template", "PromptTemplate"],
 )
-def test_langchain_style_question_variable_is_refused_naming_the_right_one(base, prompt):
-    with pytest.raises(HydeLcError, match=r"\{question\}"):
+def test_a_template_with_two_variables_is_refused_saying_one_is_taken(base, prompt):
+    with pytest.raises(HydeLcError, match="one variable"):
         HyDEEmbeddings.from_llm(ScriptedChat(), base, prompt=prompt)
 
 
