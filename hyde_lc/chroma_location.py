@@ -302,18 +302,15 @@ def _read_only_copy(folder: Path) -> Path:
 
 
 def server_url(store: Chroma) -> str | None:
-    """The address of the Chroma server behind ``store``; None for an embedded store."""
+    """The address of the Chroma server behind ``store``; None for an embedded store.
+
+    Known for a store opened by `open_store`; None for one made by langchain-chroma's
+    `Chroma` itself (it gives no public access to its client).
+    """
     location = getattr(store, "location", None)  # a store opened by open_store
     if isinstance(location, StoreLocation):
         return location.server
-    try:
-        settings = store._client.get_settings()
-    except Exception:
-        return None
-    if settings.is_persistent or not settings.chroma_server_host:
-        return None
-    scheme = "https" if settings.chroma_server_ssl_enabled else "http"
-    return f"{scheme}://{settings.chroma_server_host}:{settings.chroma_server_http_port}"
+    return None  # langchain-chroma's Chroma does not say publicly where it lives
 
 
 def lost_server(
