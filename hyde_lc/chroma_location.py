@@ -196,7 +196,10 @@ class _BoundedHttpClient(ChromaClient):
 
     chromadb 1.5 makes its httpx session with no timeout and has no setting for one,
     and its constructor already sends requests (who am I, which tenant): so the timeout
-    is put on the session just before the first of them, `get_user_identity`.
+    is put on the session just before the first of them, `get_user_identity`. This is
+    hyde_lc's one use of chromadb's private members (the client's ``_server`` and its
+    ``_session``): chromadb offers no public route (its ``chroma_api_impl`` setting
+    refuses any class of one's own). tests/unit/test_chroma_contract.py pins it.
     """
 
     def __init__(self, timeout: float, **kwargs: Any) -> None:

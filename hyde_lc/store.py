@@ -990,9 +990,12 @@ def refresh_store(store: Chroma) -> None:
     whose client is not open yet, for a read-only folder's copy, and for a store made
     by langchain-chroma's `Chroma` itself (it gives no public access to its client).
     """
-    if isinstance(store, HydeChroma) and store.location.path is not None:
-        if store.read_only_source is None:
-            store.reopen()
+    if (
+        isinstance(store, HydeChroma)
+        and store.location.path is not None
+        and store.read_only_source is None
+    ):
+        store.reopen()
 
 
 @contextmanager

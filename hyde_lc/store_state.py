@@ -74,9 +74,10 @@ def without_bookkeeping(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def _store_collection(store: Chroma) -> Any:
-    """The chromadb collection of a store opened by `open_store`; None if it does not
-    exist yet, and for a store made by langchain-chroma's `Chroma` itself (which gives no
-    public access to its collection: hyde_lc reads those through their public methods).
+    """The chromadb collection of a store opened by `open_store` (None: not made yet).
+
+    None too for a store made by langchain-chroma's `Chroma` itself, which gives no public
+    access to its collection: hyde_lc reads those through their public methods.
     """
     existing = getattr(store, "existing_collection", None)  # a store opened by open_store
     return existing() if callable(existing) else None
