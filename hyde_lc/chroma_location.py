@@ -196,7 +196,10 @@ class _BoundedHttpClient(ChromaClient):
 
     chromadb 1.5 makes its httpx session with no timeout and has no setting for one,
     and its constructor already sends requests (who am I, which tenant): so the timeout
-    is put on the session just before the first of them, `get_user_identity`.
+    is put on the session just before the first of them, `get_user_identity`. This is
+    hyde_lc's one use of chromadb's private members (the client's ``_server`` and its
+    ``_session``): chromadb offers no public route (its ``chroma_api_impl`` setting
+    refuses any class of one's own). tests/unit/test_chroma_contract.py pins it.
     """
 
     def __init__(self, timeout: float, **kwargs: Any) -> None:
@@ -302,18 +305,15 @@ def _read_only_copy(folder: Path) -> Path:
 
 
 def server_url(store: Chroma) -> str | None:
-    """The address of the Chroma server behind ``store``; None for an embedded store."""
+    """The address of the Chroma server behind ``store``; None for an embedded store.
+
+    Known for a store opened by `open_store`; None for one made by langchain-chroma's
+    `Chroma` itself (it gives no public access to its client).
+    """
     location = getattr(store, "location", None)  # a store opened by open_store
     if isinstance(location, StoreLocation):
         return location.server
-    try:
-        settings = store._client.get_settings()
-    except Exception:
-        return None
-    if settings.is_persistent or not settings.chroma_server_host:
-        return None
-    scheme = "https" if settings.chroma_server_ssl_enabled else "http"
-    return f"{scheme}://{settings.chroma_server_host}:{settings.chroma_server_http_port}"
+    return None  # langchain-chroma's Chroma does not say publicly where it lives
 
 
 def lost_server(

@@ -31,16 +31,19 @@ Example:
 from __future__ import annotations
 
 import logging
+import math
 import os
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from chromadb.errors import NotFoundError
 from langchain_chroma import Chroma
+from langchain_chroma.vectorstores import maximal_marginal_relevance
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
@@ -173,6 +176,9 @@ from hyde_lc.store_state import (
     query_visible as query_visible,
 )
 from hyde_lc.store_state import (
+    raw_get as raw_get,
+)
+from hyde_lc.store_state import (
     search_filter as search_filter,
 )
 from hyde_lc.store_state import (
@@ -213,16 +219,6 @@ def _open_existing(location: StoreLocation) -> _Opened:
     return opened
 
 
-class _Handover:
-    """What `Chroma.__init__` sees as its client: hands it the collection found, if any."""
-
-    def __init__(self, collection: Any) -> None:
-        self.collection = collection
-
-    def get_collection(self, name: str) -> Any:
-        return self.collection
-
-
 class HydeChroma(Chroma):
     """A hyde_lc collection as a LangChain `Chroma` store (what `open_store` returns).
 
@@ -231,6 +227,12 @@ class HydeChroma(Chroma):
     Searches and ``get`` leave out the chunks of documents still being written
     (`visible_where`). A read-only store folder is read through a temporary copy, and
     writing to it is refused.
+
+    The store keeps its own chromadb client and collection (`chroma_client`,
+    `existing_collection`) and implements every search, read and write of `Chroma` over
+    chromadb's public API. `Chroma`'s own constructor runs once the collection exists
+    (it needs an existing collection, or creates one, and opening must create nothing),
+    with the client and relevance function given through its public arguments.
 
     Example:
         >>> from hyde_lc import open_store
@@ -253,27 +255,31 @@ class HydeChroma(Chroma):
     ) -> None:
         self._location = location
         self._copy_of = copy_of
-        self._hyde_lc_client: Any = None
-        super().__init__(
-            collection_name=location.collection,
-            embedding_function=embeddings,
-            client=_Handover(collection),  # type: ignore[arg-type]
-            collection_configuration=COSINE,  # type: ignore[arg-type]
+        self._hyde_lc_embeddings = embeddings
+        self._hyde_lc_client: Any = client
+        self._hyde_lc_collection: Any = None
+        self.override_relevance_score_fn = self.distance_to_relevance
+        if collection is not None:
+            self._bind(client, collection)
+
+    def _bind(self, client: Any, collection: Any) -> None:
+        """Use ``client`` and its existing ``collection`` from now on (LangChain's too)."""
+        self._hyde_lc_client = client
+        self._hyde_lc_collection = collection
+        self._hyde_lc_relevance = relevance_for_space(collection_space(collection))
+        Chroma.__init__(
+            self,
+            collection_name=collection.name,
+            embedding_function=self._hyde_lc_embeddings,
+            client=client,
+            relevance_score_fn=self.distance_to_relevance,
             create_collection_if_not_exists=False,
         )
-        self._hyde_lc_client = client
 
-    # Chroma.__init__ assigns _client; reading it opens the client on first use (which,
-    # for a new folder, creates it: only writes get that far).
     @property
-    def _client(self) -> Any:
-        if self._hyde_lc_client is None:
-            self._hyde_lc_client = self._location.client()
-        return self._hyde_lc_client
-
-    @_client.setter
-    def _client(self, value: Any) -> None:
-        self._hyde_lc_client = value
+    def embeddings(self) -> Embeddings:
+        """The embeddings queries and writes are embedded with."""
+        return self._hyde_lc_embeddings
 
     @property
     def location(self) -> StoreLocation:
@@ -285,21 +291,28 @@ class HydeChroma(Chroma):
         """The read-only folder this store reads through a temporary copy, if it does."""
         return self._copy_of
 
+    def chroma_client(self) -> Any:
+        """The chromadb client; opened on first use (for a new folder, that creates it)."""
+        if self._hyde_lc_client is None:
+            self._hyde_lc_client = self._location.client()
+        return self._hyde_lc_client
+
+    def has_open_client(self) -> bool:
+        """Whether the chromadb client is open (a store never read or written has none)."""
+        return self._hyde_lc_client is not None
+
     def existing_collection(self) -> Any:
         """The chromadb collection if it exists by now, else None (nothing is created)."""
-        if self._chroma_collection is None:
+        if self._hyde_lc_collection is None:
             if self._hyde_lc_client is None and not self._location.has_store():
                 return None
+            client = self.chroma_client()
             try:
-                self._chroma_collection = self._client.get_collection(self._location.collection)
+                found = client.get_collection(self._location.collection)
             except NotFoundError:
                 return None
-        return self._chroma_collection
-
-    @property
-    def _collection(self) -> Any:
-        found = self.existing_collection()
-        return _UnbornCollection(self) if found is None else found
+            self._bind(client, found)
+        return self._hyde_lc_collection
 
     def create_collection(self) -> Any:
         """The collection, created now (with the embedding model recorded) if missing."""
@@ -307,37 +320,178 @@ class HydeChroma(Chroma):
         if found is not None:
             return found
         embeddings = self.embeddings
-        assert embeddings is not None
         metadata = {
             META_MODEL: embedding_model_id(embeddings),
             META_DIMENSION: embedding_dimension(embeddings),
         }
-        self._chroma_collection = self._client.get_or_create_collection(
+        client = self.chroma_client()
+        created = client.get_or_create_collection(
             name=self._location.collection,
             embedding_function=None,
             metadata=metadata,
             configuration=COSINE,
         )
-        return self._chroma_collection
+        self._bind(client, created)
+        return created
+
+    def reopen(self) -> None:
+        """Read the store afresh from disk: a new client and collection (embedded stores).
+
+        Embedded Chroma keeps each collection's vector index in memory, loaded once per
+        system; chromadb shares one system per folder in a process. Clearing chromadb's
+        system cache (``clear_system_cache``, public) makes the next client load a new
+        one: calls already running finish on the old one. Other clients of the folder in
+        this process keep their view until they reopen too.
+        """
+        if self._hyde_lc_client is None or self._location.path is None:
+            return
+        self._hyde_lc_client.clear_system_cache()
+        client = self._location.client()
+        self._hyde_lc_client = client
+        self._hyde_lc_collection = None
+        try:
+            found = client.get_collection(self._location.collection)
+        except NotFoundError:
+            return
+        self._bind(client, found)
+
+    def distance_to_relevance(self, distance: float) -> float:
+        """A distance of this collection's space as a relevance, higher is better."""
+        relevance = getattr(self, "_hyde_lc_relevance", None) or _cosine_relevance
+        return relevance(distance)
 
     # -- reads leave pending document versions out -----------------------------------------
 
-    # langchain-chroma sends every search (similarity, with scores or vectors, MMR) through
-    # this one private method: overriding it keeps pending versions out of all of them.
-    def _Chroma__query_collection(
+    def _query(
         self,
-        query_texts: list[str] | None = None,
-        query_embeddings: list[list[float]] | None = None,
-        n_results: int = 4,
-        where: dict | None = None,
-        where_document: dict | None = None,
+        vector: list[float],
+        k: int,
+        where: Any = None,
+        where_document: Any = None,
+        include: Sequence[str] = ("documents", "metadatas", "distances"),
         **kwargs: Any,
-    ) -> Any:
-        query: dict[str, Any] = {"query_texts": query_texts, "query_embeddings": query_embeddings}
+    ) -> dict[str, Any]:
+        """One query of the collection by ``vector``, without pending versions."""
         return without_bookkeeping(
             query_visible(
-                self, n_results, where=where, where_document=where_document, **query, **kwargs
+                self,
+                k,
+                where=where,
+                where_document=where_document,
+                query_embeddings=[vector],
+                include=list(include),
+                **kwargs,
             )
+        )
+
+    def similarity_search(
+        self, query: str, k: int = 4, filter: dict | None = None, **kwargs: Any
+    ) -> list[Document]:
+        """The ``k`` chunks nearest to ``query`` (LangChain's ``similarity_search``)."""
+        return [doc for doc, _ in self.similarity_search_with_score(query, k, filter, **kwargs)]
+
+    def similarity_search_with_score(
+        self,
+        query: str,
+        k: int = 4,
+        filter: dict | None = None,
+        where_document: dict | None = None,
+        **kwargs: Any,
+    ) -> list[tuple[Document, float]]:
+        """The ``k`` nearest chunks with their distance (lower is nearer)."""
+        vector = self.embeddings.embed_query(query)
+        return self.similarity_search_by_vector_with_relevance_scores(
+            vector, k, filter, where_document, **kwargs
+        )
+
+    def similarity_search_by_vector(
+        self,
+        embedding: list[float],
+        k: int = 4,
+        filter: dict | None = None,
+        where_document: dict | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        """The ``k`` chunks nearest to ``embedding``."""
+        return [
+            doc
+            for doc, _ in self.similarity_search_by_vector_with_relevance_scores(
+                embedding, k, filter, where_document, **kwargs
+            )
+        ]
+
+    def similarity_search_by_vector_with_relevance_scores(
+        self,
+        embedding: list[float],
+        k: int = 4,
+        filter: dict | None = None,
+        where_document: dict | None = None,
+        **kwargs: Any,
+    ) -> list[tuple[Document, float]]:
+        """The ``k`` chunks nearest to ``embedding`` with their distance, as `Chroma` gives.
+
+        Despite its name (langchain-chroma's), the score is Chroma's distance: lower is
+        nearer. `distance_to_relevance` turns it into a relevance.
+        """
+        got = self._query(embedding, k, filter, where_document, **kwargs)
+        return [
+            (doc, float(distance))
+            for doc, distance, text in zip(
+                _documents(got), got["distances"][0], got["documents"][0], strict=True
+            )
+            if text is not None  # as Chroma: records without a text are no Documents
+        ]
+
+    def similarity_search_with_vectors(
+        self,
+        query: str,
+        k: int = 4,
+        filter: dict | None = None,
+        where_document: dict | None = None,
+        **kwargs: Any,
+    ) -> list[tuple[Document, Any]]:
+        """The ``k`` chunks nearest to ``query`` with their stored vectors."""
+        include = ("documents", "metadatas", "embeddings")
+        vector = self.embeddings.embed_query(query)
+        got = self._query(vector, k, filter, where_document, include=include, **kwargs)
+        return list(zip(_documents(got), _vectors(got), strict=True))
+
+    def max_marginal_relevance_search_by_vector(
+        self,
+        embedding: list[float],
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        filter: dict | None = None,
+        where_document: dict | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        """Maximal marginal relevance: ``k`` diverse chunks among the ``fetch_k`` nearest."""
+        include = ("documents", "metadatas", "distances", "embeddings")
+        got = self._query(embedding, fetch_k, filter, where_document, include=include, **kwargs)
+        vectors = _vectors(got)
+        if not vectors:
+            return []
+        chosen = maximal_marginal_relevance(
+            np.array(embedding, dtype=np.float32), vectors, k=k, lambda_mult=lambda_mult
+        )
+        docs = _documents(got)
+        return [docs[i] for i in chosen]
+
+    def max_marginal_relevance_search(
+        self,
+        query: str,
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        filter: dict | None = None,
+        where_document: dict | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        """Maximal marginal relevance search for ``query``."""
+        vector = self.embeddings.embed_query(query)
+        return self.max_marginal_relevance_search_by_vector(
+            vector, k, fetch_k, lambda_mult, filter, where_document, **kwargs
         )
 
     def get(
@@ -350,8 +504,74 @@ class HydeChroma(Chroma):
         include: list[str] | None = None,
     ) -> dict[str, Any]:
         """LangChain's ``get``, without chunks of pending versions."""
-        return without_bookkeeping(
-            super().get(ids, visible_where(self, where), limit, offset, where_document, include)
+        kept = list(include) if include is not None else ["metadatas", "documents"]
+        collection = self.existing_collection()
+        if collection is None:
+            return _empty_get(kept)
+        got = collection.get(
+            ids=ids,
+            where=visible_where(self, where),
+            limit=limit,
+            offset=offset,
+            where_document=where_document,
+            include=kept,
+        )
+        return without_bookkeeping(dict(got))
+
+    def delete_collection(self) -> None:
+        """Delete the collection (and everything in it)."""
+        collection = self.existing_collection()
+        if collection is not None:
+            self.chroma_client().delete_collection(collection.name)
+        self._hyde_lc_collection = None
+
+    def reset_collection(self) -> None:
+        """Delete the collection; the next write creates it again, empty."""
+        self.delete_collection()
+
+    def hybrid_search(self, search: Any) -> list[Document]:
+        """Not available: Chroma's own sparse search is not enabled on local Chroma.
+
+        Use `HyDERetriever` (hybrid by default) or `hyde_lc.hybrid_collection`.
+        """
+        raise NotImplementedError(
+            "Chroma's hybrid_search needs Chroma Cloud; search hybrid with "
+            "hyde_lc.HyDERetriever(vectorstore=store) instead"
+        )
+
+    def fork(self, new_name: str) -> Chroma:
+        """Not available for a hyde_lc collection (its lexical index would not follow)."""
+        raise NotImplementedError(
+            "a hyde_lc collection cannot be forked; ingest the documents into another "
+            "collection (--collection NAME)"
+        )
+
+    def add_images(self, *args: Any, **kwargs: Any) -> list[str]:
+        """Not available: a hyde_lc collection holds text chunks."""
+        raise NotImplementedError("a hyde_lc collection holds text; add_texts adds text")
+
+    def similarity_search_by_image(self, *args: Any, **kwargs: Any) -> list[Document]:
+        """Not available: a hyde_lc collection holds text chunks."""
+        raise NotImplementedError("a hyde_lc collection holds text; search it by text")
+
+    def similarity_search_by_image_with_relevance_score(
+        self, *args: Any, **kwargs: Any
+    ) -> list[tuple[Document, float]]:
+        """Not available: a hyde_lc collection holds text chunks."""
+        raise NotImplementedError("a hyde_lc collection holds text; search it by text")
+
+    @classmethod
+    def from_texts(cls, *args: Any, **kwargs: Any) -> HydeChroma:
+        """Not available: open the store, then add texts to it.
+
+        Example:
+            >>> store = open_store("/tmp/store")  # doctest: +SKIP
+            >>> store.add_texts(["The lamp was lit at dusk."])  # doctest: +SKIP
+
+        """
+        raise NotImplementedError(
+            "open a hyde_lc store with hyde_lc.open_store(...), then call add_texts or "
+            "add_documents on it"
         )
 
     # LangChain's writes go through the hybrid collection's one write path: stamped in the
@@ -379,7 +599,6 @@ class HydeChroma(Chroma):
         metas += [{}] * (len(texts) - len(metas))
         if not texts:
             return []
-        assert self.embeddings is not None
         vectors = self.embeddings.embed_documents(texts)
         self._write("upsert", ids, vectors, metas, texts)
         return ids
@@ -390,7 +609,6 @@ class HydeChroma(Chroma):
             raise StoreError(f"update_documents got {len(ids)} ids and {len(documents)} documents")
         if not ids:
             return
-        assert self.embeddings is not None
         texts = [d.page_content for d in documents]
         vectors = self.embeddings.embed_documents(texts)
         self._write("update", ids, vectors, [dict(d.metadata or {}) for d in documents], texts)
@@ -428,52 +646,70 @@ class HydeChroma(Chroma):
                     raise
 
 
-class _UnbornCollection:
-    """Stands in for a collection that does not exist yet: empty to read, made by a write."""
+def _cosine_relevance(distance: float) -> float:
+    return 1.0 - distance
 
-    _WRITES = frozenset({"add", "upsert", "update", "modify"})
 
-    def __init__(self, store: HydeChroma) -> None:
-        self._store = store
-        self.name = store.location.collection
-        self.metadata: dict[str, Any] = {}
-        self.configuration: dict[str, Any] = COSINE
+def _inner_product_relevance(distance: float) -> float:
+    return 1.0 - distance if distance > 0 else -distance
 
-    def count(self) -> int:
-        return 0
 
-    def get(
-        self, *args: Any, include: Sequence[str] = ("metadatas", "documents"), **kwargs: Any
-    ) -> dict[str, Any]:
-        kept: dict[str, Any] = {key: ([] if key in include else None) for key in _RESULT_KEYS}
-        return {"ids": [], **kept, "included": list(include)}
+def _euclidean_relevance(distance: float) -> float:
+    return 1.0 - distance / math.sqrt(2)
 
-    def query(
-        self,
-        *args: Any,
-        include: Sequence[str] = ("metadatas", "documents", "distances"),
-        **kwargs: Any,
-    ) -> dict[str, Any]:
-        count = len(kwargs.get("query_embeddings") or kwargs.get("query_texts") or [None])
-        empty: list[list[Any]] = [[] for _ in range(count)]
-        kept = {key: (empty if key in include else None) for key in (*_RESULT_KEYS, "distances")}
-        return {"ids": empty, **kept, "included": list(include)}
 
-    def peek(self, limit: int = 10) -> dict[str, Any]:
-        return self.get()
+def relevance_for_space(space: str | None) -> Callable[[float], float]:
+    """Distance to relevance for a Chroma distance space, as LangChain's `Chroma` maps it.
 
-    def delete(self, *args: Any, **kwargs: Any) -> None:
-        return None
+    The same formulas as LangChain's relevance functions (cosine, l2, ip), written here
+    because LangChain keeps them private to its stores.
 
-    def __getattr__(self, name: str) -> Any:
-        if name in self._WRITES:
-            return getattr(self._store.create_collection(), name)
-        raise AttributeError(
-            f"collection {self.name!r} does not exist yet (nothing has been written to it)"
-        )
+    Example:
+        >>> relevance_for_space("cosine")(0.25)
+        0.75
+
+    """
+    if space in (None, "cosine"):
+        return _cosine_relevance
+    if space == "l2":
+        return _euclidean_relevance
+    if space == "ip":
+        return _inner_product_relevance
+    raise StoreError(f"no relevance function for Chroma's distance space {space!r}")
+
+
+def collection_space(collection: Any) -> str | None:
+    """The distance space of a chromadb collection (its public ``configuration``)."""
+    configuration = collection.configuration or {}
+    for index in ("hnsw", "spann"):
+        space = (configuration.get(index) or {}).get("space")
+        if space:
+            return str(space)
+    return None
 
 
 _RESULT_KEYS = ("embeddings", "documents", "metadatas", "uris", "data")
+
+
+def _empty_get(include: Sequence[str]) -> dict[str, Any]:
+    kept: dict[str, Any] = {key: ([] if key in include else None) for key in _RESULT_KEYS}
+    return {"ids": [], **kept, "included": list(include)}
+
+
+def _documents(got: dict[str, Any]) -> list[Document]:
+    """The Documents of a one-query result (its first row), as `Chroma` makes them."""
+    ids = got["ids"][0]
+    texts = (got.get("documents") or [[""] * len(ids)])[0]
+    metas = (got.get("metadatas") or [[None] * len(ids)])[0]
+    return [
+        Document(page_content=text, metadata=dict(meta or {}), id=id_)
+        for id_, text, meta in zip(ids, texts, metas, strict=True)
+    ]
+
+
+def _vectors(got: dict[str, Any]) -> list[Any]:
+    rows = got.get("embeddings")
+    return list(rows[0]) if rows is not None and len(rows) else []
 
 
 def set_head(store: Chroma, seq: int) -> None:
@@ -601,13 +837,17 @@ def prepare_write(store: Chroma, dimension: int | None = None) -> Any:
     this model (whatever it recorded before); a non-empty one must have been built with
     it, at the same dimension (checked when ``dimension`` is given).
     """
+    if not isinstance(store, HydeChroma):
+        raise StoreError(
+            "hyde_lc writes through a store opened by hyde_lc.open_store(...) (for a "
+            "collection on a Chroma server: open_store(url=..., collection=...)); "
+            "langchain-chroma's Chroma gives no public access to the collection it writes"
+        )
     ensure_writable(store)
     embeddings = store.embeddings
     if embeddings is None:
         raise StoreError("the store has no embedding function; open it with open_store()")
-    if isinstance(store, HydeChroma) and store.existing_collection() is None:
-        store.create_collection()
-    collection = store._collection
+    collection = store.create_collection()
     metadata = fresh_metadata(store)
     wanted = embedding_model_id(embeddings)
     if metadata.get(META_MODEL) == wanted:
@@ -716,31 +956,26 @@ def _default_embeddings(collection: Any) -> Embeddings:
 
 def max_write(store: Chroma) -> int:
     """The most records Chroma takes in one call (5,461 for embedded Chroma 1.5)."""
+    if not isinstance(store, HydeChroma):
+        return 1000  # langchain-chroma gives no public access to its client
     try:
-        return max(1, int(store._client.get_max_batch_size()))
+        return max(1, int(store.chroma_client().get_max_batch_size()))
     except Exception:
         return 1000
 
 
 def present_ids(store: Chroma, ids: Sequence[str]) -> set[str]:
     """Which of ``ids`` the collection holds (visible or not)."""
-    collection = _store_collection(store)
-    if collection is None or not ids:
+    if not ids:
         return set()
-    return set(collection.get(ids=list(ids), include=[])["ids"])
+    return set(raw_get(store, ids=list(ids), include=[])["ids"])
 
 
 def store_folder(store: Chroma) -> Path | None:
     """The folder of an embedded (persistent) Chroma store; None for a server or in memory."""
     if isinstance(store, HydeChroma):
         return store.location.path
-    try:
-        settings = store._client.get_settings()
-    except Exception:
-        return None
-    if not settings.is_persistent or not settings.persist_directory:
-        return None
-    return Path(settings.persist_directory)
+    return None  # langchain-chroma's Chroma does not say publicly where it lives
 
 
 def refresh_store(store: Chroma) -> None:
@@ -751,18 +986,16 @@ def refresh_store(store: Chroma) -> None:
     searches (chroma-core/chroma#3792), and a write on top of such a stale index would
     drop the other process's vectors from the index. `write_lock` calls this once it
     holds the lock; a long-lived reader can call it to see what others ingested. Calls
-    already running finish on the old view. A no-op for a Chroma server, and for a
-    store whose client is not open yet.
+    already running finish on the old view. A no-op for a Chroma server, for a store
+    whose client is not open yet, for a read-only folder's copy, and for a store made
+    by langchain-chroma's `Chroma` itself (it gives no public access to its client).
     """
-    if store_folder(store) is None:
-        return
-    if isinstance(store, HydeChroma) and store._hyde_lc_client is None:
-        return
-    from chromadb.api.rust import RustBindingsAPI
-
-    server = getattr(store._client, "_server", None)
-    if isinstance(server, RustBindingsAPI):
-        server.start()  # fresh bindings: the old ones go when their last call returns
+    if (
+        isinstance(store, HydeChroma)
+        and store.location.path is not None
+        and store.read_only_source is None
+    ):
+        store.reopen()
 
 
 @contextmanager

@@ -24,14 +24,18 @@ from hyde_lc.store_state import (
     META_DIMENSION,
     META_MODEL,
     _store_collection,
+    collection_name,
     fresh_metadata,
+    is_own_store,
     pending_in,
     pending_versions,
     query_visible,
+    raw_get,
     search_filter,
     user_metadata,
     visible_where,
 )
+from hyde_lc.vectorstore import relevance_fn
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +55,7 @@ def scored_search(
     """
     extra = dict(search_kwargs)
     extra["filter"] = search_filter(store, extra.get("filter"))
-    to_relevance = store._select_relevance_score_fn()
+    to_relevance = relevance_fn(store)
     return [
         (doc, float(to_relevance(distance)))
         for doc, distance in store.similarity_search_by_vector_with_relevance_scores(
@@ -69,6 +73,12 @@ def vector_hits(
     ones that make the fused ranking are read afterwards (`documents_by_id`). ``where`` is
     the caller's filter only: `query_visible` leaves pending versions out for any store.
     """
+    to_relevance = relevance_fn(store)
+    if not is_own_store(store):  # langchain-chroma's own Chroma: its public search
+        found = store.similarity_search_by_vector_with_relevance_scores(
+            vector, k=k, filter=where or None
+        )
+        return [(str(doc.id), float(to_relevance(distance))) for doc, distance in found]
     extra: dict[str, Any] = {"where": where} if where else {}
     pending = None
     collection = _store_collection(store)
@@ -79,7 +89,6 @@ def vector_hits(
     got = query_visible(
         store, k, pending, query_embeddings=[vector], include=["distances"], **extra
     )
-    to_relevance = store._select_relevance_score_fn()
     ids, distances = got["ids"][0], got["distances"][0]
     return [(str(i), float(to_relevance(d))) for i, d in zip(ids, distances, strict=True)]
 
@@ -99,7 +108,7 @@ def mmr_search(
     ]
     if not docs:
         return docs
-    got = store._collection.get(ids=[str(d.id) for d in docs], include=["embeddings"])
+    got = raw_get(store, ids=[str(d.id) for d in docs], include=["embeddings"])
     vectors: list[Any] = list(got["embeddings"] if got["embeddings"] is not None else [])
     stored = dict(zip(got["ids"], vectors, strict=True))
     query = np.asarray(vector, dtype=float)
@@ -120,7 +129,7 @@ def documents_by_id(store: Chroma, ids: Sequence[str], where: Any = None) -> lis
         return []
     hide = visible_where(store, where)
     extra: dict[str, Any] = {"where": hide} if hide else {}
-    got = store._collection.get(ids=list(ids), include=["documents", "metadatas"], **extra)
+    got = raw_get(store, ids=list(ids), include=["documents", "metadatas"], **extra)
     texts, metas = got["documents"] or [], got["metadatas"] or []
     return [
         Document(page_content=text or "", metadata=user_metadata(meta), id=id_)
@@ -138,9 +147,14 @@ def iter_pages(
 
     ``where`` is used as given: pass it through `visible_where` to see what searches see.
     """
-    collection = _store_collection(store)
-    if collection is not None:
-        yield from collection_pages(collection, where, include, page_size)
+    offset = 0
+    while True:
+        page = raw_get(store, where=where, include=list(include), limit=page_size, offset=offset)
+        if page["ids"]:
+            yield page
+        if len(page["ids"]) < page_size:
+            return
+        offset += page_size
 
 
 def collection_pages(
@@ -234,7 +248,7 @@ def collection_info(store: Chroma) -> dict[str, Any]:
                 )
                 entry["chunks_written"] += 1
     return {
-        "collection": store._collection.name,
+        "collection": collection_name(store),
         "chunks": visible,
         "documents": [
             {**doc, "pages": len(doc["pages"])}
@@ -249,6 +263,8 @@ def collection_info(store: Chroma) -> dict[str, Any]:
 
 def visible_count(store: Chroma) -> int:
     """Chunks searches can see: all of them but those of pending document versions."""
+    if not is_own_store(store):  # langchain-chroma's own Chroma: no public count
+        return sum(len(page["ids"]) for page in iter_pages(store, include=()))
     collection = _store_collection(store)
     if collection is None:
         return 0
@@ -289,10 +305,7 @@ def chunks_around(
     where = visible_where(
         store, {"$and": [documents, {"chunk_index": {"$in": sorted(set(indexes))}}]}
     )
-    collection = _store_collection(store)
-    if collection is None:
-        return []
-    got = collection.get(where=where, include=["documents", "metadatas"])
+    got = raw_get(store, where=where, include=["documents", "metadatas"])
     texts, metas = got["documents"] or [], got["metadatas"] or []
     return [
         Document(page_content=text or "", metadata=user_metadata(meta), id=id_)

@@ -21,6 +21,8 @@ from typing import Any
 from chromadb.errors import NotFoundError
 from langchain_chroma import Chroma
 
+from hyde_lc.errors import StoreError
+
 logger = logging.getLogger(__name__)
 
 META_MODEL = "hyde_lc_embedding_model"
@@ -72,11 +74,18 @@ def without_bookkeeping(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def _store_collection(store: Chroma) -> Any:
-    """The chromadb collection behind ``store``, or None if it does not exist yet."""
+    """The chromadb collection of a store opened by `open_store` (None: not made yet).
+
+    None too for a store made by langchain-chroma's `Chroma` itself, which gives no public
+    access to its collection: hyde_lc reads those through their public methods.
+    """
     existing = getattr(store, "existing_collection", None)  # a store opened by open_store
-    if callable(existing):
-        return existing()
-    return store._collection
+    return existing() if callable(existing) else None
+
+
+def is_own_store(store: Chroma) -> bool:
+    """Whether ``store`` was opened by `open_store` (it exposes its chromadb collection)."""
+    return callable(getattr(store, "existing_collection", None))
 
 
 def existing_collection(store: Chroma) -> Any:
@@ -85,37 +94,66 @@ def existing_collection(store: Chroma) -> Any:
 
 
 def client_of(store: Chroma) -> Any:
-    """The chromadb client behind ``store``."""
-    return store._client
+    """The chromadb client behind a store opened by `open_store`."""
+    client = getattr(store, "chroma_client", None)
+    if not callable(client):
+        raise StoreError(
+            "langchain-chroma's Chroma gives no public access to its client: open the "
+            "collection with hyde_lc.open_store(...)"
+        )
+    return client()
 
 
 def collection_name(store: Chroma) -> str | None:
-    """The name of ``store``'s collection (None if the store does not say)."""
+    """The name of ``store``'s collection (None if the store does not say publicly)."""
     location = getattr(store, "location", None)
-    name = getattr(location, "collection", None) or getattr(store, "_collection_name", None)
+    name = getattr(location, "collection", None)
     return str(name) if name else None
 
 
 def has_collection(store: Chroma) -> bool:
-    """Whether ``store``'s collection exists (a store opened by `open_store` may not, yet)."""
-    return _store_collection(store) is not None
+    """Whether ``store``'s collection exists (a store opened by `open_store` may not, yet).
+
+    A langchain-chroma `Chroma` made its collection when it was made.
+    """
+    return _store_collection(store) is not None or not is_own_store(store)
+
+
+def raw_get(store: Chroma, **kwargs: Any) -> dict[str, Any]:
+    """``collection.get(**kwargs)``, pending versions included.
+
+    On the chromadb collection of a store opened by `open_store` (nothing yet: empty);
+    on another `Chroma` through its public ``get``, which takes the same arguments.
+    """
+    if not is_own_store(store):
+        return dict(store.get(**kwargs))
+    collection = _store_collection(store)
+    if collection is None:
+        include = list(kwargs.get("include") or ["metadatas", "documents"])
+        empty: dict[str, Any] = {key: ([] if key in include else None) for key in _RESULT_KEYS}
+        return {"ids": [], **empty, "included": include}
+    return dict(collection.get(**kwargs))
+
+
+_RESULT_KEYS = ("embeddings", "documents", "metadatas", "uris", "data")
 
 
 def has_records(store: Chroma, where: dict) -> bool:
     """Whether any record matches ``where`` (visible or not)."""
-    collection = _store_collection(store)
-    if collection is None:
-        return False
-    return bool(collection.get(where=where, limit=1, include=[])["ids"])
+    return bool(raw_get(store, where=where, limit=1, include=[])["ids"])
 
 
 def fresh_metadata(store: Chroma) -> dict[str, Any]:
-    """The collection's metadata as stored now (another process may have changed it)."""
+    """The collection's metadata as stored now (another process may have changed it).
+
+    Empty for a store made by langchain-chroma's `Chroma` itself: it gives no public
+    access to its collection's metadata.
+    """
     collection = _store_collection(store)
     if collection is None:
         return {}
     try:
-        return dict(store._client.get_collection(collection.name).metadata or {})
+        return dict(client_of(store).get_collection(collection.name).metadata or {})
     except NotFoundError:
         return {}
 
@@ -167,6 +205,8 @@ def query_visible(
 ) -> Any:
     """``collection.query(n_results=..., **query)`` without chunks of pending versions.
 
+    For a store opened by `open_store` (see `_store_collection`).
+
     Nothing pending: the query as given (plus one metadata read). Otherwise, with no
     filter of the caller's, more results are asked for and pending ones dropped: a
     metadata filter (``$nin``) makes embedded Chroma 1.5 scan its metadata on every
@@ -175,7 +215,9 @@ def query_visible(
     caller filters anyway, the filter is used. ``pending`` is the list of pending
     versions when the caller has it (else it is read fresh).
     """
-    collection = store._collection
+    collection = _store_collection(store)
+    if collection is None:
+        return _empty_query(query)
     pending = set(pending_versions(store) if pending is None else pending)
     if not pending:
         return collection.query(n_results=n_results, **query)
@@ -201,6 +243,15 @@ def query_visible(
             query.pop("where", None)
             return collection.query(n_results=n_results, include=include, where=hide, **query)
         fetch *= 4
+
+
+def _empty_query(query: dict[str, Any]) -> dict[str, Any]:
+    """What a query of an empty collection answers."""
+    include = list(query.get("include") or ["metadatas", "documents", "distances"])
+    count = len(query.get("query_embeddings") or query.get("query_texts") or [None])
+    rows: list[list[Any]] = [[] for _ in range(count)]
+    kept = {key: (rows if key in include else None) for key in (*_RESULT_KEYS, "distances")}
+    return {"ids": rows, **kept, "included": include}
 
 
 def _rows(got: Any, rows: list[int], include: list[str]) -> dict[str, Any]:

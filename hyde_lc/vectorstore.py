@@ -8,9 +8,8 @@ Chroma, and hides the chunks of documents still being written); any other store 
 LangChain's public `VectorStore` API:
 
 * ``similarity_search_with_score_by_vector`` when the store has it, its scores turned
-  into relevance by the store's own ``_select_relevance_score_fn`` (LangChain's contract
-  for distance-based stores such as FAISS); a store without one (``InMemoryVectorStore``)
-  already returns a similarity;
+  into relevance by the store's own relevance function (`relevance_fn`); a store without
+  one (``InMemoryVectorStore``) already returns a similarity;
 * else ``similarity_search_by_vector``: the hits come ranked, with no score (hybrid
   fusion then uses their ranks).
 
@@ -89,7 +88,7 @@ def scored_search(
     if scored is None:
         docs = vectorstore.similarity_search_by_vector(vector, k=k, **search_kwargs)
         return [(doc, None) for doc in docs]
-    to_relevance = _relevance_fn(vectorstore)
+    to_relevance = relevance_fn(vectorstore)
     return [
         (doc, float(to_relevance(score))) for doc, score in scored(vector, k=k, **search_kwargs)
     ]
@@ -188,7 +187,21 @@ def check_dimension(vectorstore: VectorStore, dimension: int) -> None:
         store.check_dimension(vectorstore, dimension)  # type: ignore[arg-type]
 
 
-def _relevance_fn(vectorstore: VectorStore) -> Callable[[float], float]:
+def relevance_fn(vectorstore: VectorStore) -> Callable[[float], float]:
+    """How ``vectorstore`` turns its distances into relevance (higher is better).
+
+    The function given to the store (``relevance_score_fn``, langchain-chroma's public
+    ``override_relevance_score_fn``; a store from `hyde_lc.open_store` always has one),
+    else the store's own choice: ``_select_relevance_score_fn``, the hook LangChain's
+    `VectorStore` defines for its subclasses and applies in its public
+    ``similarity_search_with_relevance_scores``. It is called here, from outside,
+    because LangChain offers no public by-vector search with relevance scores; for
+    langchain-chroma's `Chroma` it maps the collection's distance space (cosine, l2,
+    ip) as that public method would.
+    """
+    given = getattr(vectorstore, "override_relevance_score_fn", None)
+    if callable(given):
+        return given
     try:
         return vectorstore._select_relevance_score_fn()
     except NotImplementedError:  # the store returns similarities already
