@@ -4,8 +4,8 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from chromadb.config import Settings
 
+from hyde_lc.chroma_location import StoreLocation
 from hyde_lc.errors import IngestError, StoreUnavailableError
 from hyde_lc.retriever import HyDERetriever
 from hyde_lc.store import lost_server, server_url
@@ -13,13 +13,13 @@ from hyde_lc.store import lost_server, server_url
 URL = "http://127.0.0.1:8123"
 
 
-def _store(**settings):
-    client = SimpleNamespace(get_settings=lambda: Settings(**settings))
-    return SimpleNamespace(_client=client)
+def _store(**where):
+    """A stand-in for a store opened by open_store: all lost_server reads is its location."""
+    return SimpleNamespace(location=StoreLocation.resolve(**where))
 
 
-SERVED = _store(chroma_server_host="127.0.0.1", chroma_server_http_port=8123)
-EMBEDDED = _store(is_persistent=True, persist_directory="/tmp/x")
+SERVED = _store(url=URL)
+EMBEDDED = _store(path="/tmp/x")
 
 
 def _refused(url: str) -> httpx.ConnectError:
