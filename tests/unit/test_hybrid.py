@@ -2,6 +2,7 @@
 
 import asyncio
 import logging
+import os
 import shutil
 import threading
 from typing import Any
@@ -598,7 +599,13 @@ def test_a_damaged_index_segment_is_rebuilt_and_searched(store):
     base = lexical_folder(store)
     current = base / (base / "CURRENT").read_text().strip()
     for segment in current.glob("*.store"):
-        segment.write_bytes(b"")  # damaged in place
+        # Damaged as the next process finds it: an empty file under the segment's name.
+        # (Cut short in place, a file this process has memory-mapped would crash it with
+        # SIGBUS on the next read, as it would any mmap reader: replaced, the old mapping
+        # keeps its pages.)
+        empty = segment.with_suffix(".empty")
+        empty.write_bytes(b"")
+        os.replace(empty, segment)
     assert lexically_found(store, "clockwork") == {"keeper.txt"}
     assert_current(store)
 
