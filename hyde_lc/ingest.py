@@ -42,6 +42,9 @@ reported as ``empty`` with a note, and nothing is stored for them. Nothing is cr
 answering mid-run fails the call with a `StoreUnavailableError` naming the server; once
 it is back, ingesting the same files again completes the collection.
 
+Documents already loaded or split by LangChain (any loader, your own splitter) go in
+as given with `hyde_lc.document_ingest.ingest_documents`.
+
 Example:
     >>> from hyde_lc import ingest_paths, open_store
     >>> report = ingest_paths(["docs/"], open_store())  # doctest: +SKIP
