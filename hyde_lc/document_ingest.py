@@ -7,7 +7,9 @@ of their own. `ingest_documents` stores them as given, in the same hybrid collec
 
 * each Document is one chunk: its text and metadata are kept (``page`` and ``page_label``
   from ``PyPDFLoader``, ``start_index`` from a splitter's ``add_start_index=True``, ...);
-  no further splitting;
+  no further splitting. One addition: a Document with an integer ``page`` (LangChain's
+  loaders count pages from 0) and no ``page_label`` gets ``page_label`` = page + 1, so
+  citations show the page a reader finds (`hyde_lc.answer.page_span`);
 * a Document's ``id`` is kept; one without an id gets a stable id derived from its
   ``source``, metadata and text, so ingesting the same Documents again embeds nothing;
 * by default the call *replaces* each source it is given (``metadata["source"]``, which
@@ -131,6 +133,9 @@ def _by_source(documents: list[Document]) -> dict[str, dict[str, Document]]:
             )
         meta = dict(doc.metadata or {})
         _check_metadata(meta, number)
+        page = meta.get("page")
+        if "page_label" not in meta and isinstance(page, int) and not isinstance(page, bool):
+            meta["page_label"] = str(page + 1)  # a loader's 0-based page, as printed
         id_ = str(doc.id) if doc.id else document_chunk_id(doc)
         earlier = seen.get(id_)
         if earlier is not None:
@@ -182,7 +187,7 @@ def _write_source(
         for page in iter_pages(store, {"source": source}, include=()):
             existing.update(str(i) for i in page["ids"])
     held = present_ids(store, ids)
-    present = _unchanged(write, chunks, held)
+    present, stored_keys = _unchanged(write, chunks, held)
     missing = [chunks[i] for i in ids if i not in present]
     bar.update(len(present))
     limit = max_write(store)
@@ -193,7 +198,8 @@ def _write_source(
         write.upsert(
             [str(d.id) for d in part],
             vectors,
-            [d.metadata for d in part],
+            # Chroma merges a record's metadata on upsert: a key dropped is set to None
+            [{**dict.fromkeys(stored_keys.get(str(d.id), ())), **d.metadata} for d in part],
             [d.page_content for d in part],
         )
         embedded += len(part)
@@ -205,11 +211,14 @@ def _write_source(
     return FileResult(source or "(no source)", status, len(ids), [], embedded)
 
 
-def _unchanged(write: Write, chunks: dict[str, Document], held: set[str]) -> set[str]:
-    """Of the ``held`` ids, those the collection holds with the same text and metadata."""
-    if not held:
-        return set()
+def _unchanged(
+    write: Write, chunks: dict[str, Document], held: set[str]
+) -> tuple[set[str], dict[str, set[str]]]:
+    """The ``held`` ids stored with the same text and metadata, and each one's keys now."""
     same: set[str] = set()
+    keys: dict[str, set[str]] = {}
+    if not held:
+        return same, keys
     wanted = sorted(held)
     step = max_write(write.owner.store)
     for start in range(0, len(wanted), step):
@@ -219,10 +228,11 @@ def _unchanged(write: Write, chunks: dict[str, Document], held: set[str]) -> set
         for id_, text, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True):
             doc = chunks[id_]
             stored = {k: v for k, v in (meta or {}).items() if k != SEQ}
+            keys[id_] = set(stored)
             expected = {k: v for k, v in doc.metadata.items() if v is not None}
             if text == doc.page_content and stored == _as_stored(expected):
                 same.add(id_)
-    return same
+    return same, keys
 
 
 def _as_stored(meta: dict[str, Any]) -> dict[str, Any]:

@@ -587,6 +587,10 @@ class NeighborExpandingRetriever(DetailedRetriever):
             "pages": pages,
             "score": best.metadata.get("score"),
         }
+        # Printed page labels of the window's first and last page (`hyde_lc.answer.page_span`).
+        if first.get("page_label") is not None:
+            metadata["page_label"] = first["page_label"]
+            metadata["page_label_end"] = last.get("page_label_end") or last.get("page_label")
         metadata.pop("chunk_index", None)
         metadata.pop("gap_before", None)
         if window.siblings is None:

@@ -90,10 +90,13 @@ def test_a_source_is_replaced_by_what_the_call_brings(tmp_path):
 
 def test_given_ids_are_kept_and_a_changed_text_is_updated(tmp_path):
     store = open_store(tmp_path / "store", embeddings=FakeEmbeddings(size=32))
-    ingest_documents([Document("first", id="c1", metadata={"source": "s"})], store)
+    ingest_documents([Document("first", id="c1", metadata={"source": "s", "draft": True})], store)
     report = ingest_documents([Document("second", id="c1", metadata={"source": "s"})], store)
     assert report.files[0].status == "replaced" and report.files[0].embedded == 1
-    assert store.get_by_ids(["c1"])[0].page_content == "second"
+    (doc,) = store.get_by_ids(["c1"])
+    assert doc.page_content == "second" and doc.metadata == {"source": "s"}  # key dropped
+    again = ingest_documents([Document("second", id="c1", metadata={"source": "s"})], store)
+    assert again.files[0].status == "unchanged"
 
 
 def test_bad_documents_fail_before_anything_is_written(tmp_path):

@@ -80,7 +80,7 @@ def test_window_text_is_the_document_text_over_the_span(corpus):
         hit + 1,
     )
     assert meta["start_index"] == chunks[("a.txt", hit - 1)].metadata["start_index"]
-    assert meta["pages"] == [1] and meta["score"] == 1.0
+    assert meta["pages"] == [0] and meta["page_label"] == "1" and meta["score"] == 1.0
 
 
 def test_windows_stop_at_the_documents_edges(corpus):
