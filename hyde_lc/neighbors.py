@@ -105,7 +105,7 @@ _HOW = (
     "Documents), or split them with LangChain's RecursiveCharacterTextSplitter("
     "add_start_index=True), which writes the start_index windows are built from."
 )
-HYDE_LC_KEYS = ("chunk_index", "doc_id")
+NUMBERING_KEYS = ("chunk_index", "doc_id")
 """Metadata that marks a chunk ingested by hyde_lc (placed by its chunk number)."""
 PER_CHUNK_KEYS = frozenset(
     {"start_index", "chunk_index", "chunk_count", "page", "page_end", "page_label",
@@ -279,7 +279,7 @@ def locate(
     ``hyde_note``: why chunks numbered by hyde_lc cannot be widened in this store.
     """
     meta = hit.metadata
-    if all(key in meta for key in HYDE_LC_KEYS):
+    if all(key in meta for key in NUMBERING_KEYS):
         return window_of(hit, before, after) if hyde_note is None else _noted(hit, hyde_note)
     if "source" in meta and _integer(meta.get("start_index")):
         return siblings.window(hit, before, after)
