@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from hyde_lc.answer import build_answer_chain
+    from hyde_lc.document_ingest import ingest_documents
     from hyde_lc.errors import HydeLcError, InvalidSettingError
     from hyde_lc.hyde_embeddings import HyDEEmbeddings
     from hyde_lc.hypothesis_cache import HypothesisCache
@@ -46,6 +47,7 @@ _EXPORTS = {
     "NeighborExpandingRetriever": "hyde_lc.neighbors",
     "build_answer_chain": "hyde_lc.answer",
     "collection_info": "hyde_lc.store",
+    "ingest_documents": "hyde_lc.document_ingest",
     "ingest_paths": "hyde_lc.ingest",
     "load_embeddings": "hyde_lc.models",
     "load_llm": "hyde_lc.models",
@@ -68,6 +70,7 @@ __all__ = [
     "NeighborExpandingRetriever",
     "build_answer_chain",
     "collection_info",
+    "ingest_documents",
     "ingest_paths",
     "load_embeddings",
     "load_llm",

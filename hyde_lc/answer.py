@@ -139,16 +139,46 @@ _SPARE_TOKENS = 16  # tokenisation at passage boundaries, template differences
 _MIN_PASSAGE_TOKENS = 32  # below this, a trimmed top passage is not worth sending
 
 
+def page_span(metadata: dict[str, Any]) -> tuple[str, str] | None:
+    """The first and last page of a chunk as a reader finds them (None: no page).
+
+    Pages are stored as LangChain's ``PyPDFLoader`` stores them: ``page`` counts from 0,
+    ``page_label`` is the number printed on the page (``"1"``, ``"iv"``); hyde_lc's chunks
+    add ``page_end``/``page_label_end`` for a chunk that runs onto later pages. The label
+    is shown. A chunk without a label was ingested by hyde_lc before labels were recorded,
+    when ``page`` counted from 1: its ``page``/``page_end`` are shown as stored.
+    (`hyde_lc.document_ingest.ingest_documents` gives Documents from loaders that record
+    no label one from their 0-based ``page``.)
+
+    Example:
+        >>> page_span({"page": 0, "page_label": "i"})
+        ('i', 'i')
+        >>> page_span({"page": 2, "page_end": 3, "page_label": "3", "page_label_end": "4"})
+        ('3', '4')
+        >>> page_span({"page": 2, "page_end": 3})  # ingested before labels: from 1
+        ('2', '3')
+
+    """
+    if metadata.get("page_label") is not None:
+        first = str(metadata["page_label"])
+        return first, str(metadata.get("page_label_end") or first)
+    page = metadata.get("page")
+    if page is None:
+        return None
+    return str(page), str(metadata.get("page_end") or page)
+
+
 def citation(doc: Document) -> str:
-    """``file, p. N`` (or ``pp. N-M``) for a chunk from a hyde_lc collection."""
+    """``file, p. N`` (or ``pp. N-M``), N as printed on the page (`page_span`)."""
     meta = doc.metadata
     name = meta.get("file_name") or str(meta.get("source", "unknown source"))
-    page, page_end = meta.get("page"), meta.get("page_end")
-    if page is None:
+    span = page_span(meta)
+    if span is None:
         return str(name)
-    if page_end and page_end != page:
-        return f"{name}, pp. {page}-{page_end}"
-    return f"{name}, p. {page}"
+    first, last = span
+    if last != first:
+        return f"{name}, pp. {first}-{last}"
+    return f"{name}, p. {first}"
 
 
 def _passage(number: int, doc: Document) -> str:

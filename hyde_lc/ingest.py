@@ -3,7 +3,9 @@
 Each file becomes one *document* (`hyde_lc.documents`). The document is split with
 LangChain's recursive character splitter, so chunks may cross pages; every chunk
 records where it starts in the document text (``start_index``), the whitespace the
-splitter dropped before it (``gap_before``), the pages it spans, its position
+splitter dropped before it (``gap_before``), the pages it spans (``page``/``page_end``
+counted from 0 and ``page_label``/``page_label_end`` as printed, the convention of
+LangChain's ``PyPDFLoader``), its position
 (``chunk_index``, consecutive from 0, of ``chunk_count``), its version
 (``doc_version``: file, content and chunking) and the document's dominant script
 (``script``: ``latin``, ``cjk``, ...).
@@ -41,6 +43,9 @@ reported as ``empty`` with a note, and nothing is stored for them. Nothing is cr
 (store folder, collection) until something is written. A Chroma server that stops
 answering mid-run fails the call with a `StoreUnavailableError` naming the server; once
 it is back, ingesting the same files again completes the collection.
+
+Documents already loaded or split by LangChain (any loader, your own splitter) go in
+as given with `hyde_lc.document_ingest.ingest_documents`.
 
 Example:
     >>> from hyde_lc import ingest_paths, open_store
@@ -245,12 +250,18 @@ def iter_chunks(
     chunk_overlap: int,
     chunk_count: int,
     script: str = "latin",
+    page_labels: Sequence[str] | None = None,
 ) -> Iterator[Chunk]:
     """The chunks of a document given as segments, in order, with ids and metadata.
 
     Each segment is split on its own (chunks do not cross segments) by the splitter for
     ``script`` (the document's dominant script, recorded in every chunk's metadata);
     ``chunk_count`` (from `count_chunks`) goes into every chunk's metadata.
+
+    Pages follow LangChain's ``PyPDFLoader``: ``page`` (and ``page_end``, the page the
+    chunk ends on) count from 0; ``page_label`` (and ``page_label_end``) are the numbers
+    printed on those pages, from ``page_labels`` (a PDF's page labels, by 0-based page),
+    else the page counted from 1. ``page_at`` gives 1-based page numbers.
     """
     splitter = _splitter(chunk_size, chunk_overlap, script)
     version = doc_version(source, doc_id, chunk_size, chunk_overlap)
@@ -271,14 +282,17 @@ def iter_chunks(
                 gap_before = tail + segment[:relative]
             end = start + len(piece.page_content)
             previous_end = max(previous_end, end)
+            first_page, last_page = page_at(start) - 1, page_at(end - 1) - 1
             yield Chunk(
                 id=chunk_id(source, doc_id, chunk_size, chunk_overlap, index),
                 text=piece.page_content,
                 metadata={
                     "source": source,
                     "file_name": file_name,
-                    "page": page_at(start),
-                    "page_end": page_at(end - 1),
+                    "page": first_page,
+                    "page_end": last_page,
+                    "page_label": page_label(page_labels, first_page),
+                    "page_label_end": page_label(page_labels, last_page),
                     "chunk_index": index,
                     "chunk_count": chunk_count,
                     "start_index": start,
@@ -298,6 +312,34 @@ def iter_chunks(
             tail = segment[previous_end - seg_start :] if previous_end < seg_end else ""
         else:
             tail += segment
+
+
+def page_label(labels: Sequence[str] | None, page: int) -> str:
+    """The label printed on 0-based ``page``: from the PDF's labels, else ``page + 1``.
+
+    Example:
+        >>> page_label(["i", "ii", "1"], 2), page_label(None, 0)
+        ('1', '1')
+
+    """
+    if labels is not None and 0 <= page < len(labels):
+        return str(labels[page])
+    return str(page + 1)
+
+
+def pdf_page_labels(path: str | Path) -> list[str] | None:
+    """A PDF's page labels as ``PyPDFLoader`` records them (None: not a PDF, or unreadable).
+
+    Read with pypdf from the document catalogue, without extracting any text.
+    """
+    if Path(path).suffix.lower() != ".pdf":
+        return None
+    try:
+        from pypdf import PdfReader
+
+        return list(PdfReader(str(path)).page_labels)
+    except Exception:  # the text was read already: the page numbers stand in for labels
+        return None
 
 
 def split_document(
@@ -334,6 +376,7 @@ def split_document(
             overlap,
             count,
             script,
+            pdf_page_labels(doc.source),
         )
     )
 
@@ -561,6 +604,7 @@ def _write_document(
             plan.chunk_overlap,
             plan.count,
             source.script,
+            pdf_page_labels(source.path) if source.kind == "pdf" else None,
         )
         if plan.count <= limit and not plan.pending:
             embedded = _write_whole(write, plan, list(chunks), embeddings, settings, bar)

@@ -41,6 +41,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from contextlib import suppress
@@ -450,70 +451,154 @@ def read_state(path: Path | None) -> IndexState | None:
 class LexicalSearch:
     """The lexical side of a hybrid search: BM25 hits among a store's chunks, by chunk id.
 
-    `from_documents` indexes chunks you have in hand (any store, in memory);
-    `from_store` indexes what a store holds (Chroma or ``InMemoryVectorStore``). A
-    collection ingested by hyde_lc brings its own persistent index
-    (`hyde_lc.collection.CollectionLexicalSearch`, found by `lexical_search_for`).
+    `from_store` indexes what a store holds (Chroma, ``InMemoryVectorStore``, FAISS) and
+    follows it: when the store's chunk count changes, the next search indexes it again.
+    `from_documents` indexes chunks you have in hand; a Document without an ``id`` gets
+    the id the store gave it (found by its text and metadata). An index over documents
+    you chose does not follow the store: when the store's count changes under it, each
+    new count is logged once (``hyde_lc.lexical`` logger) and `stale` turns True, since
+    chunks added since are found by the dense side only; `refresh` indexes the store
+    again. A collection ingested by hyde_lc brings its own persistent index
+    (`hyde_lc.hybrid_collection.CollectionLexicalSearch`, found by `lexical_search_for`).
 
     Example:
         >>> from langchain_core.documents import Document
         >>> from langchain_core.embeddings import DeterministicFakeEmbedding
         >>> from langchain_core.vectorstores import InMemoryVectorStore
-        >>> docs = [Document("Fresnel lenses", id="a"), Document("fog horns", id="b")]
+        >>> docs = [Document("Fresnel lenses"), Document("fog horns")]
         >>> store = InMemoryVectorStore(DeterministicFakeEmbedding(size=8))
-        >>> _ = store.add_documents(docs)
-        >>> LexicalSearch.from_documents(store, docs).search(lexical_query("horn"), k=1)
-        [('b', ...)]
+        >>> ids = store.add_documents(docs)  # the store gives the ids
+        >>> lexical = LexicalSearch.from_documents(store, docs)
+        >>> [hit[0] for hit in lexical.search(lexical_query("horn"), k=1)] == ids[1:]
+        True
 
     """
 
-    def __init__(self, vectorstore: Any, index: LexicalIndex) -> None:
+    CHECK_INTERVAL_S = 1.0
+    """How often (seconds) a search counts a Chroma collection's chunks (one Chroma call);
+    other stores are counted at every search (a length read)."""
+
+    def __init__(
+        self, vectorstore: Any, index: LexicalIndex, *, follow_store: bool = False
+    ) -> None:
         self.vectorstore = vectorstore
         self.index = index
+        self.follow_store = follow_store
+        """Whether a search indexes the store again when its chunk count has changed."""
+        self.stale = False
+        """Whether the store's count changed since this index was built (and not followed)."""
+        self._lock = threading.Lock()
+        self._built_count = held_count(vectorstore)
+        self._counted_at = 0.0
 
     @classmethod
     def from_documents(cls, vectorstore: Any, documents: Iterable[Any]) -> LexicalSearch:
-        """An in-memory index of ``documents`` (each with the ``id`` it has in the store)."""
-        index = LexicalIndex.in_memory()
-        chunks = []
-        for doc in documents:
-            if not doc.id:
+        """An in-memory index of ``documents``, each under the id it has in ``vectorstore``.
+
+        A Document's own ``id`` is used; one without an id is looked up in the store by
+        its text and metadata (the store must be one `from_store` can list). Raises
+        `InvalidSettingError` naming what to do when an id cannot be found.
+        """
+        docs = list(documents)
+        missing = [d for d in docs if not d.id]
+        found: dict[tuple[str, str], list[str]] = {}
+        if missing:
+            listed = list_chunks(vectorstore)
+            if listed is None:
                 raise InvalidSettingError(
-                    "LexicalSearch.from_documents needs each Document's id (the id it has in "
-                    "the vector store), to fuse lexical and dense hits"
+                    f"{len(missing)} of the {len(docs)} Documents have no id, and a "
+                    f"{type(vectorstore).__name__} cannot be listed to find the ids it gave "
+                    "them. Pass the ids the store returned: ids = store.add_documents(docs); "
+                    "then Document(text, metadata=..., id=the_id) for each, or add them with "
+                    "ids=[...] of your own"
                 )
-            chunks.append((str(doc.id), doc.page_content, dict(doc.metadata or {})))
+            for held in listed:
+                found.setdefault(_content_key(held), []).append(str(held.id))
+        chunks: list[tuple[str, str, dict[str, Any]]] = []
+        unknown = 0
+        for doc in docs:
+            ids = [str(doc.id)] if doc.id else found.get(_content_key(doc), [])
+            unknown += not ids
+            chunks.extend((i, doc.page_content, dict(doc.metadata or {})) for i in ids)
+        if unknown:
+            raise InvalidSettingError(
+                f"{unknown} of the {len(docs)} Documents have no id and are not in the "
+                f"{type(vectorstore).__name__} with the same text and metadata: add them to "
+                "the store first (the lexical side indexes what the dense side can find), or "
+                "give each Document the id the store holds it under"
+            )
+        index = LexicalIndex.in_memory()
         index.add(chunks)
         return cls(vectorstore, index)
 
     @classmethod
     def from_store(cls, vectorstore: Any) -> LexicalSearch:
-        """An in-memory index of every chunk ``vectorstore`` holds (Chroma, InMemory).
+        """An in-memory index of every chunk ``vectorstore`` holds, that follows the store.
 
-        Raises `InvalidSettingError` for a store that cannot list its chunks: build it
-        with `from_documents` from the documents you added.
+        Chroma, ``InMemoryVectorStore`` and FAISS (any store with a docstore) can be
+        listed. Raises `InvalidSettingError` for a store that cannot: build it with
+        `from_documents` from the documents you added.
         """
-        from hyde_lc.vectorstore import is_chroma
-
-        if is_chroma(vectorstore):
-            from hyde_lc import store
-
-            return cls.from_documents(vectorstore, store.iter_chunks(vectorstore))
-        held = getattr(vectorstore, "store", None)  # InMemoryVectorStore's records
-        if isinstance(held, dict):
-            from langchain_core.documents import Document
-
-            return cls.from_documents(
-                vectorstore,
-                (
-                    Document(r["text"], id=i, metadata=r.get("metadata") or {})
-                    for i, r in held.items()
-                ),
+        listed = list_chunks(vectorstore)
+        if listed is None:
+            raise InvalidSettingError(
+                f"cannot list the chunks of a {type(vectorstore).__name__} to index them: use "
+                "LexicalSearch.from_documents(store, documents) with the documents you added"
             )
-        raise InvalidSettingError(
-            f"cannot list the chunks of a {type(vectorstore).__name__} to index them: use "
-            "LexicalSearch.from_documents(store, documents) with the documents you added"
-        )
+        index = LexicalIndex.in_memory()
+        index.add(_as_chunks(listed))
+        return cls(vectorstore, index, follow_store=True)
+
+    def refresh(self) -> None:
+        """Index every chunk the store holds now (and nothing else), then follow the store."""
+        listed = list_chunks(self.vectorstore)
+        if listed is None:
+            raise InvalidSettingError(
+                f"cannot list the chunks of a {type(self.vectorstore).__name__}: build a new "
+                "index with LexicalSearch.from_documents(store, documents)"
+            )
+        count = held_count(self.vectorstore)
+        # Rebuilt whole (an in-memory store's listing costs what a diff would), in a new
+        # index swapped in at once: a search running meanwhile uses the old one whole.
+        index = LexicalIndex.in_memory()
+        index.add(_as_chunks(listed))
+        with self._lock:
+            self.index = index
+            self._built_count, self.stale, self.follow_store = count, False, True
+
+    def _check_store(self) -> None:
+        """Notice a store changed since the index was built: follow it, or say so once."""
+        if self._built_count is None:
+            return
+        now = time.monotonic()
+        if _is_chroma(self.vectorstore) and now - self._counted_at < self.CHECK_INTERVAL_S:
+            return
+        self._counted_at = now
+        count = held_count(self.vectorstore)
+        if count is None or count == self._built_count:
+            return
+        if self.follow_store:
+            logger.info(
+                "%s changed (%s chunks, was %s): indexing it again for the lexical side",
+                type(self.vectorstore).__name__,
+                count,
+                self._built_count,
+            )
+            self.refresh()
+            return
+        key = f"{id(self)}:{count}"
+        if key not in _WARNED:
+            _WARNED.add(key)
+            logger.warning(
+                "the %s holds %s chunks, %s when its lexical index was built from documents: "
+                "chunks added since are found by the dense side only (and removed ones are "
+                "skipped). Call .refresh() on the LexicalSearch, or build it with "
+                "LexicalSearch.from_store(store), which follows the store",
+                type(self.vectorstore).__name__,
+                count,
+                self._built_count,
+            )
+        self.stale = True
 
     def search(self, weights: Counter[str], k: int, where: Any = None) -> list[tuple[str, float]]:
         """The ``k`` best chunks ``(id, BM25 score)`` that match the search filter ``where``.
@@ -522,6 +607,7 @@ class LexicalSearch:
         index; a callable (``Document -> bool``, as ``InMemoryVectorStore`` takes) to the
         hits, read from the store.
         """
+        self._check_store()
         if not callable(where):
             return self.index.search(weights, k, where=where or None)
         hits = self.index.search(weights, k)
@@ -539,6 +625,78 @@ class LexicalSearch:
         from hyde_lc.vectorstore import documents_by_id
 
         return documents_by_id(self.vectorstore, ids)
+
+
+def _is_chroma(vectorstore: Any) -> bool:
+    from hyde_lc.vectorstore import is_chroma
+
+    return is_chroma(vectorstore)
+
+
+def _docstore_ids(vectorstore: Any) -> list[str] | None:
+    """The ids of a FAISS-like store (an ``index_to_docstore_id`` map), else None."""
+    mapping = getattr(vectorstore, "index_to_docstore_id", None)
+    if isinstance(mapping, dict) and hasattr(vectorstore, "get_by_ids"):
+        return [str(i) for i in mapping.values()]
+    return None
+
+
+def held_count(vectorstore: Any) -> int | None:
+    """How many chunks a store holds, when it can tell cheaply (None: it cannot).
+
+    Example:
+        >>> from langchain_core.embeddings import DeterministicFakeEmbedding
+        >>> from langchain_core.vectorstores import InMemoryVectorStore
+        >>> store = InMemoryVectorStore(DeterministicFakeEmbedding(size=8))
+        >>> _ = store.add_texts(["tides"])
+        >>> held_count(store)
+        1
+
+    """
+    if _is_chroma(vectorstore):
+        from hyde_lc.vectorstore import store_size
+
+        return store_size(vectorstore)
+    held = getattr(vectorstore, "store", None)  # InMemoryVectorStore's records
+    if isinstance(held, dict):
+        return len(held)
+    ids = _docstore_ids(vectorstore)
+    return None if ids is None else len(ids)
+
+
+def list_chunks(vectorstore: Any) -> list[Any] | None:
+    """Every chunk a store holds, as Documents with their ids (None: it cannot list them).
+
+    Chroma (the chunks searches can see), ``InMemoryVectorStore`` (its records) and
+    FAISS-like stores (their docstore, by ``index_to_docstore_id``).
+    """
+    from langchain_core.documents import Document
+
+    if _is_chroma(vectorstore):
+        from hyde_lc import store
+
+        return list(store.iter_chunks(vectorstore))
+    held = getattr(vectorstore, "store", None)
+    if isinstance(held, dict):
+        return [
+            Document(r["text"], id=i, metadata=r.get("metadata") or {}) for i, r in held.items()
+        ]
+    ids = _docstore_ids(vectorstore)
+    if ids is None:
+        return None
+    out = []
+    for id_ in ids:  # one by one: a docstore keeps Documents as added, not always with ids
+        for doc in vectorstore.get_by_ids([id_]):
+            out.append(Document(doc.page_content, id=id_, metadata=dict(doc.metadata or {})))
+    return out
+
+
+def _as_chunks(docs: Iterable[Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [(str(d.id), d.page_content, dict(d.metadata or {})) for d in docs]
+
+
+def _content_key(doc: Any) -> tuple[str, str]:
+    return doc.page_content, json.dumps(doc.metadata or {}, sort_keys=True, default=str)
 
 
 _WARNED: set[str] = set()

@@ -1,10 +1,12 @@
 """`NeighborExpandingRetriever`: widen each hit with its neighbouring chunks.
 
 A chunk often lacks the sentences around the answer. This retriever asks any base
-retriever over chunks ingested by hyde_lc (`HyDERetriever`, a plain store retriever; in
-Chroma or any LangChain vector store that reads by id) for hits, then turns each hit
-into a *window*: the hit plus ``before`` chunks before it and ``after``
-after it, from the same document only. The pipeline::
+retriever (`HyDERetriever`, a plain store retriever) for hits, then turns each hit into a
+*window*: the hit plus ``before`` chunks before it and ``after`` after it, from the same
+document only. It knows a chunk's neighbours from chunks ingested by hyde_lc (read by id
+from Chroma or any LangChain store that reads by id), and from chunks made by LangChain's
+splitters with ``add_start_index=True`` (listed from Chroma, ``InMemoryVectorStore`` or
+FAISS); see `NeighborExpandingRetriever` for the contract. The pipeline::
 
     base hits (ranked) --> windows per hit, clipped to the document
       --> windows that overlap or touch in a document are merged (best score kept)
@@ -31,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -48,8 +51,9 @@ from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStore
 from pydantic import field_validator, model_validator
 
-from hyde_lc.errors import HydeLcError, InvalidSettingError
+from hyde_lc.errors import InvalidSettingError
 from hyde_lc.language import is_cjk
+from hyde_lc.lexical import list_chunks
 from hyde_lc.retriever import DetailedRetriever, HyDEResult, valid_k
 from hyde_lc.vectorstore import chunk_id, chunks_around, documents_by_id, is_chroma, store_size
 
@@ -68,11 +72,23 @@ class Window:
     hits: list[Document] = field(default_factory=list)
     doc_id: str | None = None
     """The document version (content hash): a window never mixes two versions."""
+    siblings: list[Document] | None = None
+    """For chunks placed by ``start_index``: every chunk of the hit's parent document, in
+    order (``start``/``end`` index this list). None for chunks ingested by hyde_lc."""
+    parent: str | None = None
+    """For chunks placed by ``start_index``: which parent document (one key per parent)."""
+    note: str | None = None
+    """Why this hit cannot be widened (it is returned as found, with this note)."""
+    positions: list[int] = field(default_factory=list)
+    """Each hit's position in its document (as ``start``/``end``), in hit order."""
 
     def touches(self, other: Window) -> bool:
         """Same document version, and the ranges overlap or are adjacent."""
         return (
-            (self.source, self.doc_id) == (other.source, other.doc_id)
+            self.note is None
+            and other.note is None
+            and (self.source, self.doc_id, self.parent)
+            == (other.source, other.doc_id, other.parent)
             and self.start <= other.end + 1
             and other.start <= self.end + 1
         )
@@ -81,33 +97,51 @@ class Window:
         """Extend to cover ``other`` and keep its hits after ours (ours rank higher)."""
         self.start, self.end = min(self.start, other.start), max(self.end, other.end)
         self.hits.extend(other.hits)
+        self.positions.extend(other.positions)
 
 
-_HOW = "Ingest the documents with `hyde-lc ingest` or hyde_lc.ingest_paths, which write it."
+_HOW = (
+    "Ingest the documents with hyde_lc (ingest_paths, or ingest_documents for your own "
+    "Documents), or split them with LangChain's RecursiveCharacterTextSplitter("
+    "add_start_index=True), which writes the start_index windows are built from."
+)
+NUMBERING_KEYS = ("chunk_index", "doc_id")
+"""Metadata that marks a chunk ingested by hyde_lc (placed by its chunk number)."""
+PER_CHUNK_KEYS = frozenset(
+    {"start_index", "chunk_index", "chunk_count", "page", "page_end", "page_label",
+     "page_label_end", "gap_before"}
+)  # fmt: skip
+"""Metadata that differs between the chunks of one document: left out when telling which
+chunks come from one parent document (the rest of a splitter's chunk metadata is the
+parent's, copied)."""
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def window_of(hit: Document, before: int, after: int) -> Window:
-    """The window around one hit, clipped to its document's first and last chunk.
+    """The window around one hit ingested by hyde_lc, clipped to its document.
 
-    Raises `HydeLcError` for a hit without what windows rely on: ``source``,
-    ``start_index`` and ``chunk_index``, the chunk's position in its document as an
-    integer (chunks from other loaders often lack it, or number each page from 0).
+    A hit without what such windows rely on (``source``, integer ``chunk_index`` and
+    ``start_index``) gets a window with a `Window.note` saying what it lacks.
     """
     meta = hit.metadata
     missing = [key for key in REQUIRED_METADATA if key not in meta]
     if missing:
-        raise HydeLcError(
-            "NeighborExpandingRetriever needs hits from a collection ingested by hyde_lc "
-            f"(metadata {', '.join(REQUIRED_METADATA)}); this hit lacks {', '.join(missing)} "
-            f"(it has: {', '.join(sorted(meta)) or 'no metadata'}). {_HOW}"
+        return _noted(
+            hit,
+            f"this hit lacks {', '.join(missing)} (it has: "
+            f"{', '.join(sorted(meta)) or 'no metadata'}), so its place in its document is "
+            f"unknown. {_HOW}",
         )
     for key in ("chunk_index", "start_index", "chunk_count"):
         value = meta.get(key, 0)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise HydeLcError(
-                f"NeighborExpandingRetriever needs {key} as an integer (the chunk's position "
-                f"in its document); this hit from {meta.get('source')!r} has {value!r} "
-                f"({type(value).__name__}). {_HOW}"
+        if not _integer(value):
+            return _noted(
+                hit,
+                f"windows need {key} as an integer (the chunk's position in its document); "
+                f"this hit from {meta.get('source')!r} has {value!r} ({type(value).__name__})",
             )
     index = int(meta["chunk_index"])
     last = int(meta["chunk_count"]) - 1 if "chunk_count" in meta else index + after
@@ -117,20 +151,164 @@ def window_of(hit: Document, before: int, after: int) -> Window:
         min(last, index + after),
         [hit],
         doc_id=meta.get("doc_id"),
+        positions=[index],
     )
 
 
-def select_windows(hits: Sequence[Document], k: int, before: int, after: int) -> list[Window]:
+def _noted(hit: Document, note: str) -> Window:
+    return Window(str(hit.metadata.get("source", "")), 0, 0, [hit], note=note)
+
+
+def _parent_key(meta: dict[str, Any]) -> str:
+    """What a splitter copied from the parent Document into each of its chunks."""
+    return json.dumps(
+        {k: v for k, v in meta.items() if k not in PER_CHUNK_KEYS},
+        sort_keys=True,
+        default=str,
+    )
+
+
+class Siblings:
+    """The chunks of each parent document, listed from the store once per call.
+
+    For chunks a LangChain splitter made with ``add_start_index=True``: a hit's parent
+    document is every chunk of its ``source`` with the same metadata apart from the
+    per-chunk keys (`PER_CHUNK_KEYS`), in ``start_index`` order. Where those offsets
+    repeat (a loader's pages split one by one, each page's offsets from 0), the parent is
+    narrowed to the hit's ``page``.
+
+    Example:
+        >>> from langchain_core.vectorstores import InMemoryVectorStore
+        >>> from langchain_core.embeddings import DeterministicFakeEmbedding
+        >>> store = InMemoryVectorStore(DeterministicFakeEmbedding(size=8))
+        >>> meta = [{"source": "a.txt", "start_index": i * 5} for i in range(3)]
+        >>> ids = store.add_texts(["one.", "two.", "three"], metadatas=meta)
+        >>> window = Siblings(store).window(store.get_by_ids(ids[1:2])[0], 1, 1)
+        >>> window.start, window.end, len(window.siblings)
+        (0, 2, 3)
+
+    """
+
+    def __init__(self, vectorstore: Any) -> None:
+        self.vectorstore = vectorstore
+        self._by_source: dict[str, list[Document] | None] = {}
+
+    def _of_source(self, source: str) -> list[Document] | None:
+        if source not in self._by_source:
+            self._by_source[source] = self._list(source)
+        return self._by_source[source]
+
+    def _list(self, source: str) -> list[Document] | None:
+        if is_chroma(self.vectorstore):
+            got = self.vectorstore.get(where={"source": source}, include=["documents", "metadatas"])
+            return [
+                Document(text or "", metadata=dict(meta or {}), id=id_)
+                for id_, text, meta in zip(
+                    got["ids"], got["documents"], got["metadatas"], strict=True
+                )
+            ]
+        listed = list_chunks(self.vectorstore)
+        if listed is None:
+            return None
+        return [d for d in listed if str(d.metadata.get("source")) == source]
+
+    def window(self, hit: Document, before: int, after: int) -> Window:
+        """The window around ``hit`` among its parent's chunks (or a noted one)."""
+        meta = hit.metadata
+        source = str(meta["source"])
+        chunks = self._of_source(source)
+        if chunks is None:
+            return _noted(
+                hit,
+                f"{type(self.vectorstore).__name__} cannot list a document's chunks, and "
+                "these chunks lack hyde_lc's ids (chunk_size, chunk_overlap, doc_id) to read "
+                "them by. Use Chroma, InMemoryVectorStore or FAISS, or ingest with hyde_lc",
+            )
+        stored = next((c for c in chunks if hit.id is not None and c.id == hit.id), None)
+        if stored is None:
+            stored = next(
+                (
+                    c
+                    for c in chunks
+                    if c.metadata.get("start_index") == meta["start_index"]
+                    and c.page_content == hit.page_content
+                ),
+                None,
+            )
+        if stored is None:  # gone since the search: returned as found
+            gone = f"gone:{hit.id}:{meta['start_index']}"
+            return Window(source, 0, 0, [hit], siblings=[hit], parent=gone, positions=[0])
+        key = _parent_key(stored.metadata)
+        parent = [c for c in chunks if _parent_key(c.metadata) == key]
+        label = key
+        if _repeated_offsets(parent):
+            page = stored.metadata.get("page")
+            parent = [c for c in parent if c.metadata.get("page") == page]
+            label = f"{key}\0page={page}"
+            if page is None or _repeated_offsets(parent):
+                return _noted(
+                    hit,
+                    f"several chunks of {source} start at the same start_index, so their order "
+                    "is unknown (chunks of several documents under one source, told apart by "
+                    f"no metadata). {_HOW}",
+                )
+        parent.sort(key=lambda c: int(c.metadata["start_index"]))
+        at = next(i for i, c in enumerate(parent) if c is stored)
+        return Window(
+            source,
+            max(0, at - before),
+            min(len(parent) - 1, at + after),
+            [hit],
+            doc_id=stored.metadata.get("doc_id"),
+            siblings=parent,
+            parent=label,
+            positions=[at],
+        )
+
+
+def _repeated_offsets(chunks: Sequence[Document]) -> bool:
+    offsets = [c.metadata.get("start_index") for c in chunks]
+    return len(set(offsets)) != len(offsets)
+
+
+def locate(
+    hit: Document, before: int, after: int, siblings: Siblings, hyde_note: str | None = None
+) -> Window:
+    """The window around a hit, by the first way its metadata allows (see the class).
+
+    ``hyde_note``: why chunks numbered by hyde_lc cannot be widened in this store.
+    """
+    meta = hit.metadata
+    if all(key in meta for key in NUMBERING_KEYS):
+        return window_of(hit, before, after) if hyde_note is None else _noted(hit, hyde_note)
+    if "source" in meta and _integer(meta.get("start_index")):
+        return siblings.window(hit, before, after)
+    return window_of(hit, before, after)  # says what the hit lacks
+
+
+def select_windows(
+    hits: Sequence[Document],
+    k: int,
+    before: int,
+    after: int,
+    siblings: Siblings | None = None,
+    hyde_note: str | None = None,
+) -> list[Window]:
     """Windows for ranked hits, merged where they overlap or touch, at most ``k`` of them.
 
     Hits are taken in rank order until ``k`` windows exist; a hit whose window touches a
     chosen one is merged into it (a merge can join two chosen windows, freeing a place).
+    ``siblings`` places hits that carry ``start_index`` but not hyde_lc's numbering;
+    ``hyde_note`` says why hits numbered by hyde_lc cannot be widened in this store.
     """
     windows: list[Window] = []
     for hit in hits:
         if len(windows) >= k:  # lower-ranked hits no longer widen the chosen windows
             break
-        candidate = window_of(hit, before, after)
+        if siblings is None:
+            candidate = window_of(hit, before, after)
+        else:
+            candidate = locate(hit, before, after, siblings, hyde_note)
         touching = [w for w in windows if w.touches(candidate)]
         if touching:
             keep = touching[0]
@@ -194,6 +372,11 @@ def trim_to_budget(chunks: list[Document], hit_indexes: set[int], max_chars: int
     return chunks[lo : hi + 1]
 
 
+def _positioned(chunk: Document, index: int) -> Document:
+    """A copy of ``chunk`` that records its position in its document (``chunk_index``)."""
+    return chunk.model_copy(update={"metadata": {**chunk.metadata, "chunk_index": index}})
+
+
 def pages_of(chunks: Sequence[Document]) -> list[int]:
     """Every page the chunks touch (each chunk spans ``page`` to ``page_end``)."""
     pages: set[int] = set()
@@ -231,6 +414,8 @@ def window_ids(windows: Sequence[Window]) -> list[str] | None:
     """
     ids: list[str] = []
     for window in windows:
+        if window.note is not None or window.siblings is not None:
+            continue
         meta = window.hits[0].metadata
         if window.doc_id is None or "chunk_size" not in meta or "chunk_overlap" not in meta:
             return None
@@ -245,10 +430,26 @@ def window_ids(windows: Sequence[Window]) -> list[str] | None:
 class NeighborExpandingRetriever(DetailedRetriever):
     """Context-enriched retrieval: each hit widened with neighbouring chunks.
 
-    Over a store whose chunks cannot be read back as neighbours (chunks without hyde_lc's
-    ids, in a store other than Chroma), or whose positions conflict (two chunks of one
-    document at one position), it returns the base's hits as they are, logs a warning
-    once, and says so in each Document's ``metadata["neighbors_note"]``.
+    The contract, the same over every store: every hit the base ranks into the first
+    ``k`` windows comes back, in rank order, either widened into a window or, when its
+    neighbours cannot be known, exactly as the base found it with
+    ``metadata["neighbors_note"]`` saying why (also logged once per reason on the
+    ``hyde_lc.neighbors`` logger). A hit's metadata never makes it raise. A hit's
+    neighbours are found, in this order:
+
+    1. chunks ingested by hyde_lc (``chunk_index`` and ``doc_id``): read by id from any
+       store that reads by id (Chroma, ``InMemoryVectorStore``, FAISS; older Chroma
+       collections by position);
+    2. chunks with ``source`` and an integer ``start_index``, as LangChain's
+       ``RecursiveCharacterTextSplitter(add_start_index=True)`` writes: the store's
+       chunks of the same parent document (same ``source`` and the same metadata apart
+       from the per-chunk keys `PER_CHUNK_KEYS`; narrowed to the same ``page`` where the
+       offsets restart per page, as for ``PyPDFLoader``'s pages), in ``start_index``
+       order, listed from Chroma, ``InMemoryVectorStore`` or FAISS (`Siblings`);
+    3. otherwise none: the hit is returned as found, with the note.
+
+    A window's ``window_start``/``window_end`` are chunk positions in the document;
+    ``neighbors_note`` is absent from widened windows.
 
     Example:
         >>> from hyde_lc import HyDERetriever, NeighborExpandingRetriever, load_llm, open_store
@@ -363,12 +564,12 @@ class NeighborExpandingRetriever(DetailedRetriever):
             if window.start <= int(c.metadata["chunk_index"]) <= window.end
             and c.metadata.get("doc_id") == window.doc_id
         ]
-        hit_indexes = {int(h.metadata["chunk_index"]) for h in window.hits}
+        hit_indexes = set(window.positions)
         if not {int(c.metadata["chunk_index"]) for c in inside} & hit_indexes:
             # The hit is not (or no longer) in this collection, e.g. its document was
             # re-ingested since the search: return the hit as it was found.
-            inside = [window.hits[0]]
-            hit_indexes = {int(window.hits[0].metadata["chunk_index"])}
+            inside = [_positioned(window.hits[0], window.positions[0])]
+            hit_indexes = {window.positions[0]}
         if self.max_chars is not None:
             inside = trim_to_budget(inside, hit_indexes, self.max_chars)
         best = window.hits[0]
@@ -376,7 +577,7 @@ class NeighborExpandingRetriever(DetailedRetriever):
         pages = pages_of(inside)
         metadata = {
             **best.metadata,
-            "hit_chunk_index": int(best.metadata["chunk_index"]),
+            "hit_chunk_index": window.positions[0],
             "hit_chunk_indexes": sorted(hit_indexes),
             "window_start": int(first["chunk_index"]),
             "window_end": int(last["chunk_index"]),
@@ -386,54 +587,78 @@ class NeighborExpandingRetriever(DetailedRetriever):
             "pages": pages,
             "score": best.metadata.get("score"),
         }
+        # Printed page labels of the window's first and last page (`hyde_lc.answer.page_span`).
+        if first.get("page_label") is not None:
+            metadata["page_label"] = first["page_label"]
+            metadata["page_label_end"] = last.get("page_label_end") or last.get("page_label")
         metadata.pop("chunk_index", None)
         metadata.pop("gap_before", None)
-        doc_id = first.get("doc_id", window.source)
-        return Document(
-            page_content=join_chunks(inside),
-            metadata=metadata,
-            id=f"{doc_id}:{metadata['window_start']}-{metadata['window_end']}",
-        )
+        if window.siblings is None:
+            doc_id = first.get("doc_id", window.source)
+            id_ = f"{doc_id}:{metadata['window_start']}-{metadata['window_end']}"
+        else:  # one id per window whatever the parent: its first chunk's
+            id_ = f"{inside[0].id}:{metadata['window_start']}-{metadata['window_end']}"
+        return Document(page_content=join_chunks(inside), metadata=metadata, id=id_)
 
-    def _materialise(self, windows: list[Window], hits: list[Document], k: int) -> list[Document]:
-        if not windows:
-            return []
-        chunks = self._fetch(windows)
+    def _fetch_failure(self, windows: list[Window]) -> tuple[dict[str, list[Document]], str | None]:
+        """The chunks of the windows of hyde_lc chunks, or why this store cannot give them."""
+        numbered = [w for w in windows if w.note is None and w.siblings is None]
+        if not numbered:
+            return {}, None
+        chunks = self._fetch(numbered)
         if chunks is None:
-            return self._bare(
-                hits[:k],
+            return {}, (
                 f"{type(self.vectorstore).__name__} cannot give neighbours: its chunks lack "
-                "hyde_lc's ids (chunk_size, chunk_overlap, doc_id). Ingest with hyde_lc, or use "
-                "a Chroma collection",
+                "hyde_lc's ids (chunk_size, chunk_overlap, doc_id) and it cannot be read by "
+                f"position. {_HOW}"
             )
         conflicts = numbering_conflicts([c for group in chunks.values() for c in group])
         if conflicts:
-            return self._bare(
-                hits[:k],
+            return {}, (
                 f"chunk positions are not unique per document ({', '.join(conflicts[:3])} "
                 "held by several chunks; a loader that numbers each page from 0?), so windows "
-                f"would mix passages. {_HOW}",
+                f"would mix passages. {_HOW}"
             )
-        out = [self._assemble(w, chunks.get(w.source, [])) for w in windows]
+        return chunks, None
+
+    def _materialise(
+        self, windows: list[Window], hits: list[Document], k: int, siblings: Siblings
+    ) -> list[Document]:
+        if not windows:
+            return []
+        chunks, why = self._fetch_failure(windows)
+        if why is not None:  # chosen again: these hits now stand alone, k of them
+            windows = select_windows(hits, k, *self.span, siblings, hyde_note=why)
+        out: list[Document] = []
+        for window in windows:
+            if window.note is not None:
+                out.append(self._bare(window.hits[0], window.note))
+            elif window.siblings is not None:
+                inside = window.siblings[window.start : window.end + 1]
+                placed = [_positioned(c, i) for i, c in enumerate(inside, start=window.start)]
+                out.append(self._assemble(window, placed))
+            else:
+                out.append(self._assemble(window, chunks.get(window.source, [])))
         if self.order == "document":
-            out.sort(key=lambda d: (str(d.metadata["source"]), d.metadata["window_start"]))
+            out.sort(
+                key=lambda d: (str(d.metadata.get("source")), d.metadata.get("window_start", 0))
+            )
         return out
 
-    def _bare(self, hits: list[Document], why: str) -> list[Document]:
-        """The hits unexpanded, saying why (logged once per reason)."""
+    def _bare(self, hit: Document, why: str) -> Document:
+        """The hit unexpanded, saying why (logged once per reason)."""
         if why not in _WARNED:
             _WARNED.add(why)
-            logger.warning("neighbour expansion returns the hits unexpanded: %s", why)
-        out = []
-        for hit in hits:
-            doc = hit.model_copy(deep=True)
-            doc.metadata["neighbors_note"] = why
-            out.append(doc)
-        return out
+            logger.warning("neighbour expansion returns hits unexpanded: %s", why)
+        doc = hit.model_copy(deep=True)
+        doc.metadata["neighbors_note"] = why
+        return doc
 
-    def _enough(self, hits: list[Document], request: int, k: int) -> list[Window] | None:
+    def _enough(
+        self, hits: list[Document], request: int, k: int, siblings: Siblings
+    ) -> list[Window] | None:
         """The windows if they make ``k`` or the base has no more hits; else None."""
-        windows = select_windows(hits, k, *self.span)
+        windows = select_windows(hits, k, *self.span, siblings)
         if len(windows) >= k or len(hits) < request:
             return windows
         assert self.vectorstore is not None
@@ -469,11 +694,12 @@ class NeighborExpandingRetriever(DetailedRetriever):
         """Expand hits from ``fetch(n)`` (n ranked hits), asking for more until k windows."""
         k = k or self.k
         request = self.candidates or 3 * k
+        siblings = Siblings(self.vectorstore)  # a document's chunks listed once per call
         while True:
             hits = list(fetch(request))
-            windows = self._enough(hits, request, k)
+            windows = self._enough(hits, request, k, siblings)
             if windows is not None:
-                return self._materialise(windows, hits, k)
+                return self._materialise(windows, hits, k, siblings)
             request *= 2
 
     async def agather(
@@ -482,11 +708,12 @@ class NeighborExpandingRetriever(DetailedRetriever):
         """Async `gather`: ``fetch(n)`` is awaited; store reads run in the executor."""
         k = k or self.k
         request = self.candidates or 3 * k
+        siblings = Siblings(self.vectorstore)
         while True:
             hits = list(await fetch(request))
-            windows = await run_in_executor(None, self._enough, hits, request, k)
+            windows = await run_in_executor(None, self._enough, hits, request, k, siblings)
             if windows is not None:
-                return await run_in_executor(None, self._materialise, windows, hits, k)
+                return await run_in_executor(None, self._materialise, windows, hits, k, siblings)
             request *= 2
 
     def _retrieve(

@@ -79,7 +79,8 @@ def test_ask_standard_mode(env, ingested):
                 "--no-answer")  # fmt: skip
     assert json.loads(dense.stdout)["label"] == "standard"
     assert record["answer"] is None and record["models"]["hypothesis_llm"] is None
-    assert record["documents"][0]["page"] == 1
+    assert record["documents"][0]["page"] == 0  # PyPDFLoader's convention: from 0
+    assert record["documents"][0]["page_label"] == "1"  # as printed
 
 
 def test_ask_text_output_shows_every_stage(env, ingested):

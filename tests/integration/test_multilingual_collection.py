@@ -28,7 +28,8 @@ def test_chunks_are_split_for_chinese_and_fit_the_window(e5_store):
     metas = [m for _, m in iter_metadatas(e5_store)]
     assert {(m["script"], m["chunk_size"], m["chunk_overlap"]) for m in metas} == {("cjk", 450, 90)}
     assert {m["embedding_model"] for m in metas} == {E5_MODEL_ID}
-    assert {m["page"] for m in metas} == {1, 2, 3, 4, 5}
+    assert {m["page"] for m in metas} == {0, 1, 2, 3, 4}
+    assert {m["page_label"] for m in metas} == {"1", "2", "3", "4", "5"}
     got = e5_store.get(include=["documents"])
     counts = [e5_store.embeddings.count_tokens(text) for text in got["documents"]]
     assert max(counts) <= E5_MAX_TOKENS

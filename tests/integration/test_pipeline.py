@@ -55,7 +55,7 @@ def test_sample_pdf_is_ingested_page_by_page(store_dir, tmp_path):
 )
 def test_standard_retrieval_finds_the_right_page(store_dir, question, page):
     retriever = HyDERetriever(vectorstore=open_store(store_dir), n_hypotheses=0, k=3)
-    assert page in [d.metadata["page"] for d in retriever.invoke(question)]
+    assert str(page) in [d.metadata["page_label"] for d in retriever.invoke(question)]
 
 
 def test_hyde_with_a_real_local_model(store_dir, writer):

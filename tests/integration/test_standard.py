@@ -7,8 +7,8 @@
   store), and over a hyde_lc collection (hybrid dense + BM25 by default; also ``rrf`` and
   ``concat`` fusion);
 * `NeighborExpandingRetriever` over each of those stores, and over a store whose chunks
-  lack hyde_lc's ids, where it returns the hits unexpanded with a note (its documented
-  fallback).
+  lack both hyde_lc's ids and ``start_index``, where it returns the hits unexpanded with a
+  note (its documented fallback).
 
 ``langchain_tests.integration_tests.VectorStoreIntegrationTests`` runs on the store
 `open_store` returns (`HydeChroma`), sync and async, ``get_by_ids`` included: a fresh
@@ -117,8 +117,9 @@ def plain_chroma_bare(plain_chroma_dir: Path) -> Chroma:
 
 @pytest.fixture(scope="module")
 def anonymous_store(chunks: list[Document], minilm: Embeddings) -> InMemoryVectorStore:
-    """The chunks with their positions but without hyde_lc's ids (chunk_size, doc_id...)."""
-    kept = ("source", "page", "chunk_index", "start_index")
+    """The chunks numbered, but without hyde_lc's ids (chunk_size, doc_id...) nor the
+    ``start_index`` windows can also be built from."""
+    kept = ("source", "page", "chunk_index")
     docs = [
         Document(page_content=d.page_content, metadata={k: d.metadata[k] for k in kept})
         for d in chunks
@@ -279,7 +280,7 @@ class _NeighborStandardTests(_Components):
                 assert doc.metadata["window_end"] > doc.metadata["window_start"]
                 assert "neighbors_note" not in doc.metadata
             else:
-                assert "hyde_lc's ids" in doc.metadata["neighbors_note"]
+                assert "lacks start_index" in doc.metadata["neighbors_note"]
 
 
 class TestNeighborInMemoryStandard(_NeighborStandardTests):
@@ -295,7 +296,7 @@ class TestNeighborCollectionStandard(_NeighborStandardTests):
 
 
 class TestNeighborFallbackStandard(_NeighborStandardTests):
-    """Chunks without hyde_lc's ids: the hits come back unexpanded, with a note."""
+    """Chunks without hyde_lc's ids nor start_index: the hits come back unexpanded, noted."""
 
     store = "anonymous_store"
     expanded = False

@@ -405,13 +405,13 @@ def test_windows_over_a_store_other_than_chroma(store, fake_embeddings):
         for c in chunks
     }
 
-    # Chunks numbered by position but without hyde_lc's ids cannot be read back as
-    # neighbours: the hits come back as they are, and the record says why.
+    # Chunks numbered by position but without hyde_lc's ids nor start_index cannot be
+    # placed among neighbours: the hits come back as they are, and the record says why.
     numbered = InMemoryVectorStore(fake_embeddings)
     numbered.add_documents(
         [
             Document(c.page_content, id=f"x{i}", metadata={
-                k: c.metadata[k] for k in ("source", "chunk_index", "start_index")
+                k: c.metadata[k] for k in ("source", "chunk_index")
             })
             for i, c in enumerate(chunks)
         ]
@@ -420,17 +420,17 @@ def test_windows_over_a_store_other_than_chroma(store, fake_embeddings):
         "Why did keepers go?", store=numbered, mode="standard", window=1, k=2,
         retrieval_only=True,
     )  # fmt: skip
-    assert "cannot give neighbours" in record["metadata"]["neighbors_note"]
-    assert "Ingest with hyde_lc" in record["metadata"]["neighbors_note"]
+    assert "lacks start_index" in record["metadata"]["neighbors_note"]
+    assert "add_start_index=True" in record["metadata"]["neighbors_note"]
     assert len(record["retrieved_contexts"]) == 2
 
-    # Hits that are not chunks at all: an error that says how to make them.
+    # Hits that are not chunks at all: returned as found, with a note saying how to make them.
     bare = InMemoryVectorStore(fake_embeddings)
     bare.add_documents([Document(c.page_content, id=f"y{i}") for i, c in enumerate(chunks)])
-    with pytest.raises(HydeLcError, match=r"hyde_lc\.ingest_paths"):
-        query_for_evaluation(
-            "Why did keepers go?", store=bare, mode="standard", window=1, retrieval_only=True
-        )
+    record = query_for_evaluation(
+        "Why did keepers go?", store=bare, mode="standard", window=1, retrieval_only=True
+    )
+    assert "ingest_paths" in record["metadata"]["neighbors_note"]
 
 
 # -- what the answer model was given -------------------------------------------------------

@@ -55,7 +55,8 @@ def test_chunks_carry_metadata_and_consecutive_indexes(tmp_path, docs, fake_embe
         assert {m["chunk_count"] for m in metas} == {len(metas)}
         assert len({m["doc_id"] for m in metas}) == 1
         assert {m["embedding_model"] for m in metas} == {"fake:hash-32"}
-        assert all(m["file_name"] == name and m["page"] == 1 for m in metas)
+        assert all(m["file_name"] == name and m["page"] == 0 for m in metas)
+        assert {m["page_label"] for m in metas} == {"1"}
         # Each id derives from the metadata (neighbour expansion reads neighbours by id).
         assert {m["chunk_size"] for m in metas} == {300} and {
             m["chunk_overlap"] for m in metas
@@ -107,8 +108,10 @@ def test_pdf_pages_blank_pages_and_page_spans(tmp_path, fake_embeddings):
     report = ingest_paths([pdf], store, chunk_size=400, chunk_overlap=50, progress=False)
     assert any("page 2 skipped" in n for n in report.files[0].notes)
     metas = sorted((m for _, m in iter_metadatas(store)), key=lambda m: m["chunk_index"])
-    assert metas[0]["page"] == 1 and metas[-1]["page_end"] == 3
-    assert all(m["page"] in (1, 3) for m in metas)
+    # pages as PyPDFLoader gives them: 0-based page, printed label
+    assert metas[0]["page"] == 0 and metas[-1]["page_end"] == 2
+    assert all(m["page"] in (0, 2) for m in metas)
+    assert (metas[0]["page_label"], metas[-1]["page_label_end"]) == ("1", "3")
 
 
 def test_chunk_spanning_short_pages_records_both_pages(tmp_path, fake_embeddings):
@@ -117,7 +120,8 @@ def test_chunk_spanning_short_pages_records_both_pages(tmp_path, fake_embeddings
     store = open_store(tmp_path / "store", embeddings=fake_embeddings)
     ingest_paths([pdf], store, chunk_size=1000, chunk_overlap=100, progress=False)
     ((_, meta),) = iter_metadatas(store)
-    assert (meta["page"], meta["page_end"]) == (1, 3)
+    assert (meta["page"], meta["page_end"]) == (0, 2)
+    assert (meta["page_label"], meta["page_label_end"]) == ("1", "3")
 
 
 def test_other_embedding_model_is_refused_and_store_untouched(tmp_path, docs, fake_embeddings):

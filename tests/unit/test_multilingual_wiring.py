@@ -125,7 +125,8 @@ def test_each_document_is_split_for_its_script(tmp_path, files):
     assert {m["script"] for m in zh} == {"cjk"} and {m["script"] for m in en} == {"latin"}
     assert {(m["chunk_size"], m["chunk_overlap"]) for m in zh} == {(450, 90)}
     assert {(m["chunk_size"], m["chunk_overlap"]) for m in en} == {(1000, 200)}
-    assert all(m["page"] == m["page_end"] == 1 for m in zh)  # citations as before
+    assert all(m["page"] == m["page_end"] == 0 for m in zh)  # one page: the first
+    assert all(m["page_label"] == "1" for m in zh)  # citations as before
     got = store.get(where={"source": str(files["zh"])}, include=["documents"])
     assert all(text.endswith("。") for text in got["documents"])  # cut at sentence ends
     assert len(zh) > 1
@@ -346,7 +347,7 @@ def test_ingest_sample_zh_builds_a_multilingual_collection(tmp_path, capsys, spe
     assert collection_info(store)["embedding_model"] == E5
     metas = [m for _, m in iter_metadatas(store)]
     assert {(m["script"], m["chunk_size"]) for m in metas} == {("cjk", 450)}
-    assert {m["page"] for m in metas} <= {1, 2, 3, 4, 5} and len({m["page"] for m in metas}) > 1
+    assert {m["page"] for m in metas} <= {0, 1, 2, 3, 4} and len({m["page"] for m in metas}) > 1
 
 
 def test_ingest_sample_zh_into_an_english_collection_warns(tmp_path, capsys, specs):

@@ -19,6 +19,7 @@ EXPECTED = [
     "NeighborExpandingRetriever",
     "build_answer_chain",
     "collection_info",
+    "ingest_documents",
     "ingest_paths",
     "load_embeddings",
     "load_llm",
