@@ -51,6 +51,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from hyde_lc.errors import HydeLcError
+from hyde_lc.evaluation.any_retriever import describe_retriever
 from hyde_lc.evaluation.pricing import PricingTable
 from hyde_lc.evaluation.records import EvaluationPipeline
 from hyde_lc.evaluation.results_file import (
@@ -289,16 +290,27 @@ def run_settings(pipeline: EvaluationPipeline) -> dict[str, Any]:
     The retriever's label (``retrieval_method``) and fields (`retriever_settings`: k,
     hypotheses, fusion, the lexical side and its weights...), the neighbour expansion,
     the models and where the collection is; settings that cannot matter are ``None``.
+    A retriever other than hyde_lc's is given by its class and fields, nested retrievers
+    included (`hyde_lc.evaluation.any_retriever.describe_retriever`).
     """
     hyde = pipeline.hyde_retriever
     expander = pipeline.expander
-    collection, location = describe_store(pipeline.store)
+    store = pipeline.store
+    collection, location = describe_store(store) if store is not None else (None, None)
+    embeddings = pipeline.embedding_model
+    own: dict[str, Any]
+    if hyde is None:
+        own = {"retriever": describe_retriever(pipeline.retriever)}
+    else:
+        own = {
+            **retriever_settings(hyde),
+            "window": expander.window if expander else 0,
+            **{name: _plain(getattr(expander, name)) if expander else None for name in _EXPANSION},
+        }
     settings = {
         "retrieval_method": pipeline.retrieval_method,
-        **retriever_settings(hyde),
-        "k": pipeline.retriever.k,
-        "window": expander.window if expander else 0,
-        **{name: _plain(getattr(expander, name)) if expander else None for name in _EXPANSION},
+        **own,
+        "k": pipeline.k,
         "retrieval_only": pipeline.answer_llm is None,
         "hypothesis_model": (
             describe_llm(pipeline.hyde_llm).model_id if pipeline.hyde_llm else None
@@ -306,7 +318,7 @@ def run_settings(pipeline: EvaluationPipeline) -> dict[str, Any]:
         "answer_model": (
             describe_llm(pipeline.answer_llm).model_id if pipeline.answer_llm else None
         ),
-        "embedding_model": describe_embeddings(hyde.embedding_model).model_id,
+        "embedding_model": describe_embeddings(embeddings).model_id if embeddings else None,
         "collection": collection,
         "store": location,
     }
@@ -315,14 +327,15 @@ def run_settings(pipeline: EvaluationPipeline) -> dict[str, Any]:
 
 def _record_fields(pipeline: EvaluationPipeline) -> dict[str, Any]:
     """The fields a record of ``pipeline`` has, for files written without settings."""
+    embeddings = pipeline.embedding_model
     return {
         "retrieval_method": pipeline.retrieval_method,
-        "k": pipeline.retriever.k,
+        "k": pipeline.k,
         "llm_hyde_model": describe_llm(pipeline.hyde_llm).name if pipeline.hyde_llm else None,
         "llm_answer_model": (
             describe_llm(pipeline.answer_llm).name if pipeline.answer_llm else None
         ),
-        "embedding_model": describe_embeddings(pipeline.hyde_retriever.embedding_model).model_id,
+        "embedding_model": describe_embeddings(embeddings).model_id if embeddings else None,
     }
 
 
@@ -606,7 +619,7 @@ def _stop_if_server_lost(pipeline: EvaluationPipeline, exc: Exception, out: Path
     from hyde_lc.store import lost_server
 
     store = pipeline.store
-    if not is_chroma(store):
+    if store is None or not is_chroma(store):
         return
     kept = len(read_records(out))
     lost = lost_server(
