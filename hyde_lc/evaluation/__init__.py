@@ -4,9 +4,11 @@ The names below are imported on first use, so importing a submodule (or this pac
 does not load Ragas, LangChain or the models until something needs them.
 
 Example:
-    >>> from hyde_lc.evaluation import query_for_evaluation, score_records
+    >>> from hyde_lc.evaluation import query_for_evaluation, results_table, score_records
     >>> record = query_for_evaluation("Who built the Pharos?", mode="hyde")  # doctest: +SKIP
     >>> score_records([record])  # doctest: +SKIP
+    >>> results_table(score_records([record]), [record])  # scores beside tokens and cost
+    ... # doctest: +SKIP
 
 """
 
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
         read_questions,
         read_records,
     )
+    from hyde_lc.evaluation.table import results_table
     from hyde_lc.evaluation.usage import StageUsage, UsageRecorder
 
 _EXPORTS = {
@@ -58,6 +61,7 @@ _EXPORTS = {
     "query_for_evaluation": "hyde_lc.evaluation.records",
     "read_questions": "hyde_lc.evaluation.runs",
     "read_records": "hyde_lc.evaluation.runs",
+    "results_table": "hyde_lc.evaluation.table",
     "score_records": "hyde_lc.evaluation.ragas_metrics",
     "stage_cost": "hyde_lc.evaluation.pricing",
 }
@@ -82,6 +86,7 @@ __all__ = [
     "query_for_evaluation",
     "read_questions",
     "read_records",
+    "results_table",
     "score_records",
     "stage_cost",
 ]
