@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -115,6 +116,40 @@ def _metrics(args: argparse.Namespace) -> list[str]:
     return [*OFFLINE_METRICS, *(JUDGED_METRICS if args.judge else ())]
 
 
+_QUESTION_FIELDS = {
+    "reference_contexts": '"reference_contexts": [the passages that answer it]',
+    "reference_context_ids": '"reference_context_ids": [the ids of the chunks that answer it]',
+    "reference": '"reference": "the expected answer"',
+}
+"""What a question line needs for the metrics that read each field."""
+
+
+def null_notes(not_scored: dict[str, str], questions: str) -> list[str]:
+    """Why metrics are null, one line per reason, naming the question file and the fix.
+
+    Example:
+        >>> null_notes({"context_recall": "no record has reference_contexts"}, "q.jsonl")
+        ['context_recall: null: no record has reference_contexts; give each question in \
+q.jsonl "reference_contexts": [the passages that answer it]']
+
+    """
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in not_scored.items():
+        by_reason.setdefault(reason, []).append(name)
+    lines = []
+    for reason, names in by_reason.items():
+        fields = [f for f in _QUESTION_FIELDS if re.search(rf"\b{f}\b", reason)]
+        line = f"{', '.join(names)}: null: {reason}"
+        if fields:
+            line += f"; give each question in {questions} " + " and ".join(
+                _QUESTION_FIELDS[f] for f in fields
+            )
+        elif re.search(r"\bresponse\b", reason):
+            line += " (answers are needed: run without --retrieval-only)"
+        lines.append(line)
+    return lines
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """``hyde-lc evaluate``: one Ragas-ready record per question, resumable.
 
@@ -156,15 +191,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         )
     if args.score:
         judge_llm, judge_embeddings = _judge(args)
-        means = mean_scores(
-            score_records(
-                read_records(out),
-                _metrics(args),
-                judge_llm=judge_llm,
-                judge_embeddings=judge_embeddings,
-            )
+        scores = score_records(
+            read_records(out),
+            _metrics(args),
+            judge_llm=judge_llm,
+            judge_embeddings=judge_embeddings,
         )
-        print(json_text({"retrieval_method": pipeline.retrieval_method, **means}))
+        print(json_text({"retrieval_method": pipeline.retrieval_method, **mean_scores(scores)}))
+        for note in null_notes(scores.not_scored, args.questions):
+            print(f"hyde-lc: {note}", file=sys.stderr)
     return 1 if summary.failed else 0
 
 
@@ -208,6 +243,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(textwrap.fill(ORDER_NOTE, WIDTH))
     if report.pairwise:
         print("judge: " + ", ".join(f"{k} {v}" for k, v in report.pairwise.items()))
+    for note in null_notes(report.not_scored, args.questions):
+        print(f"hyde-lc: {note}", file=sys.stderr)
     print(f"\nreport: {shown_line(str(report.html_path))}")
     return 0
 

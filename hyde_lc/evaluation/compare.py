@@ -113,6 +113,9 @@ class ComparisonReport:
     load_s: dict[str, dict[str, float]] = field(default_factory=dict)
     """Per mode, seconds spent warming each stage before the first timed question
     (`EvaluationPipeline.warm_up`); empty when every question was answered already."""
+    not_scored: dict[str, str] = field(default_factory=dict)
+    """Metrics null in a mode, with why (`Scores.not_scored`), e.g. ``no record has
+    reference_contexts``; a reason that differs between modes names the mode."""
 
     @property
     def html_path(self) -> Path:
@@ -239,7 +242,26 @@ def compare_modes(
             scores[name] = score_records(
                 records[name], metrics, judge_llm=judge_llm, judge_embeddings=judge_embeddings
             )
-        return _report(questions, folder, records, scores, list(pipelines), pairwise_judge, load_s)
+        report = _report(
+            questions, folder, records, scores, list(pipelines), pairwise_judge, load_s
+        )
+        report.not_scored = _not_scored(scores)
+        return report
+
+
+def _not_scored(scores: Mapping[str, Sequence[dict]]) -> dict[str, str]:
+    """Each null metric's reason; where modes differ, the reason of each mode by name."""
+    reasons: dict[str, dict[str, str]] = {}
+    for mode, rows in scores.items():
+        for metric, why in getattr(rows, "not_scored", {}).items():
+            reasons.setdefault(metric, {})[mode] = why
+    out = {}
+    for metric, by_mode in reasons.items():
+        if len(by_mode) == len(scores) and len(set(by_mode.values())) == 1:
+            out[metric] = next(iter(by_mode.values()))
+        else:
+            out[metric] = "; ".join(f"{mode}: {why}" for mode, why in by_mode.items())
+    return out
 
 
 def as_pipelines(

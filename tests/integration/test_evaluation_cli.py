@@ -203,3 +203,16 @@ def test_records_without_the_lexical_settings_are_not_resumed(env, questions, tm
     done = run(env, *args)  # hybrid by default now
     refused(done, "retrieval_method: standard -> hybrid", "lexical: not recorded -> auto")
     assert out.read_bytes() == before
+
+
+def test_score_says_why_context_metrics_are_null(env, questions, tmp_path):
+    """The sample questions have references but no reference_contexts."""
+    out = tmp_path / "r.jsonl"
+    done = run(env, "evaluate", str(questions), "--out", str(out), *RETRIEVAL, "--score")
+    assert done.returncode == 0, done.stderr
+    scores = json.loads(done.stdout[done.stdout.index("{") :])
+    assert scores["context_recall"] is None and scores["context_precision"] is None
+    assert "context_precision, context_recall: null: no record has reference_contexts" in (
+        done.stderr
+    )
+    assert f'give each question in {questions} "reference_contexts"' in done.stderr
