@@ -171,18 +171,28 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     out = Path(args.out)
     _not_the_question_file(out, args.questions, "--out")
     pricing = PricingTable.load()
-    check_output_file(out, resume=not args.restart)
+    check_output_file(
+        out, resume=not args.restart, questions=questions,
+        set_aside_others=args.set_aside_others,
+    )  # fmt: skip
     store = open_collection(args, must_exist=True)
     pipeline = _pipeline(args, store, args.mode, args.window, pricing)
     summary = evaluate_questions(
-        questions, pipeline, out, resume=not args.restart, retry_errors=args.retry_errors
-    )
+        questions, pipeline, out, resume=not args.restart, retry_errors=args.retry_errors,
+        set_aside_others=args.set_aside_others,
+    )  # fmt: skip
     print(
         f"{pipeline.retrieval_method}: {summary.done} answered, {summary.skipped} already in "
         f"{shown_line(str(out))}, {summary.failed} failed (recorded with metadata.error)"
     )
     if summary.load_s:
         print(f"loading, kept out of the records' times: {timings_line(summary.load_s)}")
+    if summary.others_set_aside:
+        print(
+            f"hyde-lc: {summary.others_set_aside} record(s) of questions not in "
+            f"{shown_line(args.questions)} moved to {shown_line(str(summary.others_file))}",
+            file=sys.stderr,
+        )
     if summary.set_aside:
         print(
             f"hyde-lc: {len(summary.set_aside)} line(s) of {shown_line(str(out))} that were "
@@ -221,7 +231,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for mode in modes:
         _not_the_question_file(folder / f"{mode}.jsonl", args.questions, "--out-dir")
     pricing = PricingTable.load()
-    check_out_dir(folder, modes, resume=not args.restart)
+    check_out_dir(
+        folder, modes, resume=not args.restart, questions=questions,
+        set_aside_others=args.set_aside_others,
+    )  # fmt: skip
     store = open_collection(args, must_exist=True)
     pipelines = {mode: _pipeline(args, store, mode, 0, pricing) for mode in args.modes}
     if args.window:
@@ -238,6 +251,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         judge_embeddings=judge_embeddings,
         pairwise_judge=judge_llm if args.pairwise else None,
         resume=not args.restart,
+        set_aside_others=args.set_aside_others,
     )
     print("\n".join(comparison_table(report.aggregates, report.modes)))
     print(textwrap.fill(ORDER_NOTE, WIDTH))
@@ -316,6 +330,12 @@ def add_commands(sub: Any, prompts: list[str], default_prompt: str) -> None:
     evaluate.add_argument(
         "--retry-errors", action="store_true", help="redo the questions that failed before"
     )
+    evaluate.add_argument(
+        "--set-aside-others",
+        action="store_true",
+        help="move records of questions not in this question file to <out>.other and go on "
+        "(by default such a file is refused: its scores would mix two question sets)",
+    )
     evaluate.add_argument("--score", action="store_true", help="print mean Ragas metrics")
     evaluate.add_argument(
         "--metrics",
@@ -381,6 +401,11 @@ def add_commands(sub: Any, prompts: list[str], default_prompt: str) -> None:
         "--restart",
         action="store_true",
         help="start every mode's records in --out-dir afresh (they are lost)",
+    )
+    compare.add_argument(
+        "--set-aside-others",
+        action="store_true",
+        help="move records of questions not in this question file to <mode>.jsonl.other",
     )
     _pipeline_options(compare, prompts, default_prompt)
     add_store_options(compare)

@@ -82,6 +82,7 @@ from hyde_lc.evaluation.runs import (
     open_run,
     read_questions,
     read_records,
+    record_key,
 )
 
 ORDER_NOTE = (
@@ -196,6 +197,7 @@ def compare_modes(
     judge_embeddings: Embeddings | None = None,
     pairwise_judge: BaseLanguageModel | None = None,
     resume: bool = True,
+    set_aside_others: bool = False,
     progress: bool = True,
 ) -> ComparisonReport:
     """Run, score and report every pipeline on the same questions (see module docstring).
@@ -205,14 +207,19 @@ def compare_modes(
     `EvaluationPipeline` or to any LangChain retriever; a retriever is answered by
     ``answer_llm`` (retrieval only without one) and recorded under its mode's name.
     Give every mode the same answer model, so that only the retrieval differs.
-    ``resume=False`` starts every mode's file afresh.
+    ``resume=False`` starts every mode's file afresh; a file holding records of questions
+    not in ``questions`` is refused, or with ``set_aside_others`` those records are moved
+    to ``<mode>.jsonl.other``.
     """
     if isinstance(questions, str | PathLike):
         questions = read_questions(questions)
     pipelines = as_pipelines(pipelines, answer_llm)
     check_unique_keys(questions)
     folder = Path(out_dir)
-    check_out_dir(folder, list(pipelines), resume=resume)
+    check_out_dir(
+        folder, list(pipelines), resume=resume, questions=questions,
+        set_aside_others=set_aside_others,
+    )  # fmt: skip
     for pipeline in pipelines.values():
         check_pricing(pipeline)
     folder.mkdir(parents=True, exist_ok=True)
@@ -222,11 +229,21 @@ def compare_modes(
             held.enter_context(exclusive(path, "--out-dir"))
         if resume:  # every file, before any file is changed or any question is asked
             for name, pipeline in pipelines.items():
-                check_resumable(files[name], pipeline, flag="--out-dir")
+                check_resumable(
+                    files[name], pipeline, flag="--out-dir", questions=questions,
+                    set_aside_others=set_aside_others,
+                )  # fmt: skip
         with ExitStack() as running:
             runs = {
                 name: running.enter_context(
-                    open_run(questions, pipeline, files[name], resume=resume, flag="--out-dir")
+                    open_run(
+                        questions,
+                        pipeline,
+                        files[name],
+                        resume=resume,
+                        flag="--out-dir",
+                        set_aside_others=set_aside_others,
+                    )
                 )
                 for name, pipeline in pipelines.items()
             }
@@ -237,7 +254,7 @@ def compare_modes(
         records: dict[str, list[dict[str, Any]]] = {}
         scores: dict[str, list[dict]] = {}
         for name in pipelines:
-            by_key = {r["metadata"].get("question_key"): r for r in read_records(files[name])}
+            by_key = {record_key(r): r for r in read_records(files[name])}
             records[name] = [by_key[q.key] for q in questions]  # the file may hold others too
             scores[name] = score_records(
                 records[name], metrics, judge_llm=judge_llm, judge_embeddings=judge_embeddings
@@ -322,7 +339,14 @@ def ask_in_turns(
                 runs[mode].ask(question)
 
 
-def check_out_dir(folder: Path, modes: Sequence[str], *, resume: bool) -> None:
+def check_out_dir(
+    folder: Path,
+    modes: Sequence[str],
+    *,
+    resume: bool,
+    questions: Sequence[Question] | None = None,
+    set_aside_others: bool = False,
+) -> None:
     """What can be told about a report folder before any model loads; raises if unusable.
 
     The folder must not be a file; each mode's ``<mode>.jsonl`` must pass
@@ -331,7 +355,10 @@ def check_out_dir(folder: Path, modes: Sequence[str], *, resume: bool) -> None:
     if folder.exists() and not folder.is_dir():
         raise HydeLcError(f"--out-dir {folder} is a file: give a folder for the report")
     for mode in modes:
-        check_output_file(folder / f"{mode}.jsonl", resume=resume, flag="--out-dir")
+        check_output_file(
+            folder / f"{mode}.jsonl", resume=resume, flag="--out-dir", questions=questions,
+            set_aside_others=set_aside_others,
+        )  # fmt: skip
 
 
 def _report(
