@@ -334,6 +334,7 @@ def query_speed(
             max(outside - meta["timings"]["embedding_s"], 0.0)
         )
         stages.setdefault("total", []).append(meta["execution_time"])
+        assert pipeline.hyde_retriever is not None  # built by from_settings: hyde_lc's own
         n = pipeline.hyde_retriever.n_hypotheses
         if len(calls.calls) != n + 1:
             raise RuntimeError(f"expected {n} hypothesis calls and one answer, saw {calls.calls}")

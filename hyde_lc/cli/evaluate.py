@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -115,6 +116,40 @@ def _metrics(args: argparse.Namespace) -> list[str]:
     return [*OFFLINE_METRICS, *(JUDGED_METRICS if args.judge else ())]
 
 
+_QUESTION_FIELDS = {
+    "reference_contexts": '"reference_contexts": [the passages that answer it]',
+    "reference_context_ids": '"reference_context_ids": [the ids of the chunks that answer it]',
+    "reference": '"reference": "the expected answer"',
+}
+"""What a question line needs for the metrics that read each field."""
+
+
+def null_notes(not_scored: dict[str, str], questions: str) -> list[str]:
+    """Why metrics are null, one line per reason, naming the question file and the fix.
+
+    Example:
+        >>> null_notes({"context_recall": "no record has reference_contexts"}, "q.jsonl")
+        ['context_recall: null: no record has reference_contexts; give each question in \
+q.jsonl "reference_contexts": [the passages that answer it]']
+
+    """
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in not_scored.items():
+        by_reason.setdefault(reason, []).append(name)
+    lines = []
+    for reason, names in by_reason.items():
+        fields = [f for f in _QUESTION_FIELDS if re.search(rf"\b{f}\b", reason)]
+        line = f"{', '.join(names)}: null: {reason}"
+        if fields:
+            line += f"; give each question in {questions} " + " and ".join(
+                _QUESTION_FIELDS[f] for f in fields
+            )
+        elif re.search(r"\bresponse\b", reason):
+            line += " (answers are needed: run without --retrieval-only)"
+        lines.append(line)
+    return lines
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """``hyde-lc evaluate``: one Ragas-ready record per question, resumable.
 
@@ -136,18 +171,28 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     out = Path(args.out)
     _not_the_question_file(out, args.questions, "--out")
     pricing = PricingTable.load()
-    check_output_file(out, resume=not args.restart)
+    check_output_file(
+        out, resume=not args.restart, questions=questions,
+        set_aside_others=args.set_aside_others,
+    )  # fmt: skip
     store = open_collection(args, must_exist=True)
     pipeline = _pipeline(args, store, args.mode, args.window, pricing)
     summary = evaluate_questions(
-        questions, pipeline, out, resume=not args.restart, retry_errors=args.retry_errors
-    )
+        questions, pipeline, out, resume=not args.restart, retry_errors=args.retry_errors,
+        set_aside_others=args.set_aside_others,
+    )  # fmt: skip
     print(
         f"{pipeline.retrieval_method}: {summary.done} answered, {summary.skipped} already in "
         f"{shown_line(str(out))}, {summary.failed} failed (recorded with metadata.error)"
     )
     if summary.load_s:
         print(f"loading, kept out of the records' times: {timings_line(summary.load_s)}")
+    if summary.others_set_aside:
+        print(
+            f"hyde-lc: {summary.others_set_aside} record(s) of questions not in "
+            f"{shown_line(args.questions)} moved to {shown_line(str(summary.others_file))}",
+            file=sys.stderr,
+        )
     if summary.set_aside:
         print(
             f"hyde-lc: {len(summary.set_aside)} line(s) of {shown_line(str(out))} that were "
@@ -156,15 +201,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         )
     if args.score:
         judge_llm, judge_embeddings = _judge(args)
-        means = mean_scores(
-            score_records(
-                read_records(out),
-                _metrics(args),
-                judge_llm=judge_llm,
-                judge_embeddings=judge_embeddings,
-            )
+        scores = score_records(
+            read_records(out),
+            _metrics(args),
+            judge_llm=judge_llm,
+            judge_embeddings=judge_embeddings,
         )
-        print(json_text({"retrieval_method": pipeline.retrieval_method, **means}))
+        print(json_text({"retrieval_method": pipeline.retrieval_method, **mean_scores(scores)}))
+        for note in null_notes(scores.not_scored, args.questions):
+            print(f"hyde-lc: {note}", file=sys.stderr)
     return 1 if summary.failed else 0
 
 
@@ -186,7 +231,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for mode in modes:
         _not_the_question_file(folder / f"{mode}.jsonl", args.questions, "--out-dir")
     pricing = PricingTable.load()
-    check_out_dir(folder, modes, resume=not args.restart)
+    check_out_dir(
+        folder, modes, resume=not args.restart, questions=questions,
+        set_aside_others=args.set_aside_others,
+    )  # fmt: skip
     store = open_collection(args, must_exist=True)
     pipelines = {mode: _pipeline(args, store, mode, 0, pricing) for mode in args.modes}
     if args.window:
@@ -203,11 +251,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         judge_embeddings=judge_embeddings,
         pairwise_judge=judge_llm if args.pairwise else None,
         resume=not args.restart,
+        set_aside_others=args.set_aside_others,
     )
     print("\n".join(comparison_table(report.aggregates, report.modes)))
     print(textwrap.fill(ORDER_NOTE, WIDTH))
     if report.pairwise:
         print("judge: " + ", ".join(f"{k} {v}" for k, v in report.pairwise.items()))
+    for note in null_notes(report.not_scored, args.questions):
+        print(f"hyde-lc: {note}", file=sys.stderr)
     print(f"\nreport: {shown_line(str(report.html_path))}")
     return 0
 
@@ -279,6 +330,12 @@ def add_commands(sub: Any, prompts: list[str], default_prompt: str) -> None:
     evaluate.add_argument(
         "--retry-errors", action="store_true", help="redo the questions that failed before"
     )
+    evaluate.add_argument(
+        "--set-aside-others",
+        action="store_true",
+        help="move records of questions not in this question file to <out>.other and go on "
+        "(by default such a file is refused: its scores would mix two question sets)",
+    )
     evaluate.add_argument("--score", action="store_true", help="print mean Ragas metrics")
     evaluate.add_argument(
         "--metrics",
@@ -344,6 +401,11 @@ def add_commands(sub: Any, prompts: list[str], default_prompt: str) -> None:
         "--restart",
         action="store_true",
         help="start every mode's records in --out-dir afresh (they are lost)",
+    )
+    compare.add_argument(
+        "--set-aside-others",
+        action="store_true",
+        help="move records of questions not in this question file to <mode>.jsonl.other",
     )
     _pipeline_options(compare, prompts, default_prompt)
     add_store_options(compare)

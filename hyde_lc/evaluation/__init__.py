@@ -4,9 +4,11 @@ The names below are imported on first use, so importing a submodule (or this pac
 does not load Ragas, LangChain or the models until something needs them.
 
 Example:
-    >>> from hyde_lc.evaluation import query_for_evaluation, score_records
+    >>> from hyde_lc.evaluation import query_for_evaluation, results_table, score_records
     >>> record = query_for_evaluation("Who built the Pharos?", mode="hyde")  # doctest: +SKIP
     >>> score_records([record])  # doctest: +SKIP
+    >>> results_table(score_records([record]), [record])  # scores beside tokens and cost
+    ... # doctest: +SKIP
 
 """
 
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
     from hyde_lc.evaluation.ragas_metrics import (
         JUDGED_METRICS,
         OFFLINE_METRICS,
+        Scores,
+        choose_metrics,
         mean_scores,
         score_records,
     )
@@ -37,6 +41,7 @@ if TYPE_CHECKING:
         read_questions,
         read_records,
     )
+    from hyde_lc.evaluation.table import results_table
     from hyde_lc.evaluation.usage import StageUsage, UsageRecorder
 
 _EXPORTS = {
@@ -47,9 +52,11 @@ _EXPORTS = {
     "PricingTable": "hyde_lc.evaluation.pricing",
     "Question": "hyde_lc.evaluation.runs",
     "RunSummary": "hyde_lc.evaluation.runs",
+    "Scores": "hyde_lc.evaluation.ragas_metrics",
     "StageUsage": "hyde_lc.evaluation.usage",
     "UsageRecorder": "hyde_lc.evaluation.usage",
     "aquery_for_evaluation": "hyde_lc.evaluation.records",
+    "choose_metrics": "hyde_lc.evaluation.ragas_metrics",
     "compare_modes": "hyde_lc.evaluation.compare",
     "evaluate_questions": "hyde_lc.evaluation.runs",
     "legacy_view": "hyde_lc.compat",
@@ -58,6 +65,7 @@ _EXPORTS = {
     "query_for_evaluation": "hyde_lc.evaluation.records",
     "read_questions": "hyde_lc.evaluation.runs",
     "read_records": "hyde_lc.evaluation.runs",
+    "results_table": "hyde_lc.evaluation.table",
     "score_records": "hyde_lc.evaluation.ragas_metrics",
     "stage_cost": "hyde_lc.evaluation.pricing",
 }
@@ -71,9 +79,11 @@ __all__ = [
     "PricingTable",
     "Question",
     "RunSummary",
+    "Scores",
     "StageUsage",
     "UsageRecorder",
     "aquery_for_evaluation",
+    "choose_metrics",
     "compare_modes",
     "evaluate_questions",
     "legacy_view",
@@ -82,6 +92,7 @@ __all__ = [
     "query_for_evaluation",
     "read_questions",
     "read_records",
+    "results_table",
     "score_records",
     "stage_cost",
 ]

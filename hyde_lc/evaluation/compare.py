@@ -1,7 +1,9 @@
 """Retrieval configurations on the same questions: metrics, tokens, cost, latency.
 
 `compare_modes` runs each named `EvaluationPipeline` (standard, hybrid, HyDE, with or
-without expansion: whatever its retriever is) over the questions, each into its own
+without expansion: whatever its retriever is), or any LangChain retriever built in Python
+(``store.as_retriever()``, an ``EnsembleRetriever``: answered by ``answer_llm``), over
+the questions, each into its own
 resumable ``<name>.jsonl`` (see `evaluate_questions`), scores the records with Ragas
 (`score_records`), and writes a report directory a person can open.
 
@@ -41,6 +43,10 @@ Example:
     ...     "hybrid-hyde": EvaluationPipeline.from_settings(mode="hyde"),
     ... }, "compare-out")  # doctest: +SKIP
     >>> report.aggregates["hybrid-hyde"]["context_recall"]  # doctest: +SKIP
+    >>> report = compare_modes("qa.jsonl", {  # your own retriever beside hyde_lc's
+    ...     "mine": my_store.as_retriever(search_kwargs={"k": 4}),
+    ...     "hyde_lc": HyDERetriever(vectorstore=open_store(), k=4, n_hypotheses=0),
+    ... }, "compare-out", answer_llm=load_llm(role="answer"))  # doctest: +SKIP
 
 """
 
@@ -48,15 +54,18 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import statistics
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from os import PathLike
 from pathlib import Path
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseLanguageModel
+from langchain_core.retrievers import BaseRetriever
 from tqdm.auto import tqdm
 
 from hyde_lc.errors import HydeLcError
@@ -71,7 +80,9 @@ from hyde_lc.evaluation.runs import (
     check_resumable,
     check_unique_keys,
     open_run,
+    read_questions,
     read_records,
+    record_key,
 )
 
 ORDER_NOTE = (
@@ -103,6 +114,9 @@ class ComparisonReport:
     load_s: dict[str, dict[str, float]] = field(default_factory=dict)
     """Per mode, seconds spent warming each stage before the first timed question
     (`EvaluationPipeline.warm_up`); empty when every question was answered already."""
+    not_scored: dict[str, str] = field(default_factory=dict)
+    """Metrics null in a mode, with why (`Scores.not_scored`), e.g. ``no record has
+    reference_contexts``; a reason that differs between modes names the mode."""
 
     @property
     def html_path(self) -> Path:
@@ -135,9 +149,11 @@ def aggregate(
     out["load_time_s"] = load_time_s
     for stage, key in TIME_KEYS.items():
         out[f"{stage}_time_mean_s"] = _mean([m[key] for m in metas])
-    for stage in STAGES:
-        used = [m["stages"][stage] for m in metas]
-        out[f"{stage}_tokens_mean"] = _mean([u["input_tokens"] + u["output_tokens"] for u in used])
+    for stage in STAGES:  # a stage that does not apply or was not measured is None, not 0
+        used = [m["stages"].get(stage) for m in metas]
+        out[f"{stage}_tokens_mean"] = _mean(
+            [u["input_tokens"] + u["output_tokens"] if u else None for u in used]
+        )
     costs = [m["total_cost"] for m in metas]
     out["total_cost"] = None if None in costs else sum(c for c in costs if c is not None)
     out["cost_source"] = "; ".join(dict.fromkeys(m["cost_source"] for m in metas))
@@ -166,27 +182,44 @@ def judge_pair(judge: BaseLanguageModel, question: str, first: str, second: str)
     return "tie"
 
 
+MODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+"""A mode's name: it names its records file, ``<name>.jsonl``."""
+
+
 def compare_modes(
-    questions: Sequence[Question],
-    pipelines: Mapping[str, EvaluationPipeline],
+    questions: Sequence[Question] | str | PathLike[str],
+    pipelines: Mapping[str, EvaluationPipeline | BaseRetriever],
     out_dir: str | Path,
     *,
+    answer_llm: BaseLanguageModel | None = None,
     metrics: Sequence[str] | None = None,
     judge_llm: BaseLanguageModel | None = None,
     judge_embeddings: Embeddings | None = None,
     pairwise_judge: BaseLanguageModel | None = None,
     resume: bool = True,
+    set_aside_others: bool = False,
     progress: bool = True,
 ) -> ComparisonReport:
     """Run, score and report every pipeline on the same questions (see module docstring).
 
-    ``resume=False`` starts every mode's file afresh.
+    ``questions``: `Question` objects, or the path of a question file (`read_questions`).
+    ``pipelines`` maps each mode's name (which names its ``<name>.jsonl``) to an
+    `EvaluationPipeline` or to any LangChain retriever; a retriever is answered by
+    ``answer_llm`` (retrieval only without one) and recorded under its mode's name.
+    Give every mode the same answer model, so that only the retrieval differs.
+    ``resume=False`` starts every mode's file afresh; a file holding records of questions
+    not in ``questions`` is refused, or with ``set_aside_others`` those records are moved
+    to ``<mode>.jsonl.other``.
     """
-    if len(pipelines) < 2:
-        raise HydeLcError("compare needs at least two modes, e.g. standard and hyde")
+    if isinstance(questions, str | PathLike):
+        questions = read_questions(questions)
+    pipelines = as_pipelines(pipelines, answer_llm)
     check_unique_keys(questions)
     folder = Path(out_dir)
-    check_out_dir(folder, list(pipelines), resume=resume)
+    check_out_dir(
+        folder, list(pipelines), resume=resume, questions=questions,
+        set_aside_others=set_aside_others,
+    )  # fmt: skip
     for pipeline in pipelines.values():
         check_pricing(pipeline)
     folder.mkdir(parents=True, exist_ok=True)
@@ -196,11 +229,21 @@ def compare_modes(
             held.enter_context(exclusive(path, "--out-dir"))
         if resume:  # every file, before any file is changed or any question is asked
             for name, pipeline in pipelines.items():
-                check_resumable(files[name], pipeline, flag="--out-dir")
+                check_resumable(
+                    files[name], pipeline, flag="--out-dir", questions=questions,
+                    set_aside_others=set_aside_others,
+                )  # fmt: skip
         with ExitStack() as running:
             runs = {
                 name: running.enter_context(
-                    open_run(questions, pipeline, files[name], resume=resume, flag="--out-dir")
+                    open_run(
+                        questions,
+                        pipeline,
+                        files[name],
+                        resume=resume,
+                        flag="--out-dir",
+                        set_aside_others=set_aside_others,
+                    )
                 )
                 for name, pipeline in pipelines.items()
             }
@@ -211,12 +254,61 @@ def compare_modes(
         records: dict[str, list[dict[str, Any]]] = {}
         scores: dict[str, list[dict]] = {}
         for name in pipelines:
-            by_key = {r["metadata"].get("question_key"): r for r in read_records(files[name])}
+            by_key = {record_key(r): r for r in read_records(files[name])}
             records[name] = [by_key[q.key] for q in questions]  # the file may hold others too
             scores[name] = score_records(
                 records[name], metrics, judge_llm=judge_llm, judge_embeddings=judge_embeddings
             )
-        return _report(questions, folder, records, scores, list(pipelines), pairwise_judge, load_s)
+        report = _report(
+            questions, folder, records, scores, list(pipelines), pairwise_judge, load_s
+        )
+        report.not_scored = _not_scored(scores)
+        return report
+
+
+def _not_scored(scores: Mapping[str, Sequence[dict]]) -> dict[str, str]:
+    """Each null metric's reason; where modes differ, the reason of each mode by name."""
+    reasons: dict[str, dict[str, str]] = {}
+    for mode, rows in scores.items():
+        for metric, why in getattr(rows, "not_scored", {}).items():
+            reasons.setdefault(metric, {})[mode] = why
+    out = {}
+    for metric, by_mode in reasons.items():
+        if len(by_mode) == len(scores) and len(set(by_mode.values())) == 1:
+            out[metric] = next(iter(by_mode.values()))
+        else:
+            out[metric] = "; ".join(f"{mode}: {why}" for mode, why in by_mode.items())
+    return out
+
+
+def as_pipelines(
+    modes: Mapping[str, EvaluationPipeline | BaseRetriever],
+    answer_llm: BaseLanguageModel | None = None,
+) -> dict[str, EvaluationPipeline]:
+    """Each mode as a pipeline: a retriever gets ``answer_llm`` and its mode's name as label.
+
+    Raises when there are fewer than two modes, a name cannot name a file, or a value is
+    neither a pipeline nor a retriever.
+    """
+    if len(modes) < 2:
+        raise HydeLcError("compare needs at least two modes, e.g. standard and hyde")
+    out: dict[str, EvaluationPipeline] = {}
+    for name, value in modes.items():
+        if not isinstance(name, str) or not MODE_NAME.fullmatch(name):
+            raise HydeLcError(
+                f"mode name {name!r} cannot name its records file: use letters, digits, "
+                "'.', '_', '+' or '-', e.g. 'my-ensemble'"
+            )
+        if isinstance(value, EvaluationPipeline):
+            out[name] = value
+        elif isinstance(value, BaseRetriever):
+            out[name] = EvaluationPipeline(value, answer_llm=answer_llm, label=name)
+        else:
+            raise HydeLcError(
+                f"mode {name!r} is a {type(value).__name__}: give an EvaluationPipeline or a "
+                "LangChain retriever (e.g. store.as_retriever())"
+            )
+    return out
 
 
 def turns(modes: Sequence[str], index: int) -> list[str]:
@@ -247,7 +339,14 @@ def ask_in_turns(
                 runs[mode].ask(question)
 
 
-def check_out_dir(folder: Path, modes: Sequence[str], *, resume: bool) -> None:
+def check_out_dir(
+    folder: Path,
+    modes: Sequence[str],
+    *,
+    resume: bool,
+    questions: Sequence[Question] | None = None,
+    set_aside_others: bool = False,
+) -> None:
     """What can be told about a report folder before any model loads; raises if unusable.
 
     The folder must not be a file; each mode's ``<mode>.jsonl`` must pass
@@ -256,7 +355,10 @@ def check_out_dir(folder: Path, modes: Sequence[str], *, resume: bool) -> None:
     if folder.exists() and not folder.is_dir():
         raise HydeLcError(f"--out-dir {folder} is a file: give a folder for the report")
     for mode in modes:
-        check_output_file(folder / f"{mode}.jsonl", resume=resume, flag="--out-dir")
+        check_output_file(
+            folder / f"{mode}.jsonl", resume=resume, flag="--out-dir", questions=questions,
+            set_aside_others=set_aside_others,
+        )  # fmt: skip
 
 
 def _report(

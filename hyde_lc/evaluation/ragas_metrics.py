@@ -16,7 +16,10 @@ always passed explicitly here. Offline metrics (no model at all):
 Each metric runs only on records that have its columns (a record without ``reference``
 gets no answer metrics). With a judge (``judge_llm``, any LangChain chat model, local or
 remote): ``faithfulness``, ``answer_relevancy`` (also needs ``judge_embeddings``) and
-``llm_context_precision`` (needs ``reference``).
+``llm_context_precision`` (needs ``reference``). Without a metric list, `choose_metrics`
+picks every metric the given judges allow. What `score_records` returns is a list that
+also says which metrics were left out (``left_out``) and which scored no record and why
+(``not_scored``: e.g. no question has ``reference_contexts``), so a None is explained.
 
 Example:
     >>> from hyde_lc.evaluation import score_records
@@ -28,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import warnings
@@ -41,6 +45,7 @@ from hyde_lc.errors import HydeLcError
 from hyde_lc.evaluation.records import RAGAS_KEYS
 
 os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
+logger = logging.getLogger(__name__)
 
 OFFLINE_METRICS: dict[str, tuple[str, set[str]]] = {
     "context_precision": ("NonLLMContextPrecisionWithReference", {"reference_contexts"}),
@@ -89,6 +94,70 @@ def _scores_of(result: Any) -> list[float | None]:
     ]
 
 
+class Scores(list[dict[str, float | None]]):
+    """`score_records`' per-record scores, and why a metric has no score.
+
+    A list of ``{metric: value or None}``, one per record, plus ``left_out`` (metrics not
+    run, with the reason: a judge they need was not given) and ``not_scored`` (metrics
+    that ran on no record, with the reason: the columns no record has).
+
+    Example:
+        >>> scores = Scores([{"rouge": None}], not_scored={"rouge": "no record has reference"})
+        >>> scores[0], scores.not_scored["rouge"]
+        ({'rouge': None}, 'no record has reference')
+
+    """
+
+    def __init__(
+        self,
+        rows: Sequence[dict[str, float | None]] = (),
+        *,
+        left_out: dict[str, str] | None = None,
+        not_scored: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(rows)
+        self.left_out: dict[str, str] = dict(left_out or {})
+        self.not_scored: dict[str, str] = dict(not_scored or {})
+
+
+def choose_metrics(
+    judge_llm: BaseLanguageModel | None = None, judge_embeddings: Embeddings | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """Every metric the given judges allow, and the others with what they would need.
+
+    Example:
+        >>> chosen, left_out = choose_metrics()
+        >>> "rouge" in chosen, left_out["faithfulness"]
+        (True, 'needs a judge LLM (judge_llm, or --judge SPEC)')
+
+    """
+    chosen = list(OFFLINE_METRICS)
+    left_out: dict[str, str] = {}
+    for name in JUDGED_METRICS:
+        if judge_llm is None:
+            left_out[name] = "needs a judge LLM (judge_llm, or --judge SPEC)"
+        elif name == "answer_relevancy" and judge_embeddings is None:
+            left_out[name] = "needs judge_embeddings too (e.g. load_embeddings())"
+        else:
+            chosen.append(name)
+    return chosen, left_out
+
+
+def _missing(records: Sequence[dict[str, Any]], needs: set[str]) -> str | None:
+    """Why no record can be scored on a metric needing ``needs``; None if one can."""
+    ran = [r for r in records if usable(r)]
+    if not ran:
+        return "no record to score (every question failed)" if records else "no records"
+    if not any(r.get("retrieved_contexts") for r in ran):
+        return "no record has retrieved_contexts"
+    absent = [k for k in sorted(needs) if not any(r.get(k) for r in ran)]
+    if absent:
+        return f"no record has {' or '.join(absent)}"
+    if not any(all(r.get(k) for k in needs) for r in ran if r.get("retrieved_contexts")):
+        return f"no record has all of {', '.join(sorted(needs))}"
+    return None
+
+
 def score_records(
     records: Sequence[dict[str, Any]],
     metrics: Sequence[str] | None = None,
@@ -97,18 +166,28 @@ def score_records(
     judge_embeddings: Embeddings | None = None,
     show_progress: bool = False,
     timeout: float | None = None,
-) -> list[dict[str, float | None]]:
+) -> Scores:
     """Per-record scores ``{metric: value or None}``, in the order of ``records``.
 
-    ``metrics`` defaults to every offline metric, plus the judged ones when ``judge_llm``
-    is given. A metric a record lacks the columns for scores ``None`` for that record.
+    ``metrics`` defaults to every metric the given judges allow (`choose_metrics`): the
+    offline ones, plus the judged ones with ``judge_llm`` (``answer_relevancy`` only with
+    ``judge_embeddings`` too); those left out are logged and listed in the result's
+    ``left_out``. A metric a record lacks the columns for scores ``None`` for that record;
+    a metric no record can be scored on is in the result's ``not_scored``, with why.
     ``timeout`` bounds one Ragas job (one metric on one record, several judge calls); by
     default 180 s as in Ragas, and 1,800 s for a local judge, whose calls run one at a time
     on the CPU (with Ragas' default, a 1.5B local judge timed out on every job).
     """
-    chosen = list(metrics) if metrics is not None else [
-        *OFFLINE_METRICS, *(JUDGED_METRICS if judge_llm is not None else ())
-    ]  # fmt: skip
+    left_out: dict[str, str] = {}
+    if metrics is None:
+        chosen, left_out = choose_metrics(judge_llm, judge_embeddings)
+        if judge_llm is not None and left_out:
+            logger.warning(
+                "metrics left out: %s",
+                "; ".join(f"{name} {why}" for name, why in left_out.items()),
+            )
+    else:
+        chosen = list(metrics)
     unknown = [m for m in chosen if m not in OFFLINE_METRICS and m not in JUDGED_METRICS]
     if unknown:
         raise HydeLcError(
@@ -123,7 +202,7 @@ def score_records(
         )
     if "answer_relevancy" in judged and judge_embeddings is None:
         raise HydeLcError("answer_relevancy needs judge_embeddings (e.g. load_embeddings())")
-    scores: list[dict[str, float | None]] = [dict.fromkeys(chosen) for _ in records]
+    scores = Scores([dict.fromkeys(chosen) for _ in records], left_out=left_out)
     for name in chosen:
         class_name, needs = {**OFFLINE_METRICS, **JUDGED_METRICS}[name]
         rows = [
@@ -132,6 +211,7 @@ def score_records(
             if usable(r) and r.get("retrieved_contexts") and all(r.get(k) for k in needs)
         ]
         if not rows:
+            scores.not_scored[name] = _missing(records, needs) or "no record to score"
             continue
         metric = _build(class_name, judge_llm, judge_embeddings)
         samples = [to_ragas_sample(records[i]) for i in rows]

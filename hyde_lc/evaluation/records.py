@@ -1,11 +1,16 @@
 """One question in, one Ragas-ready record out: answer, contexts, and what each stage cost.
 
-`EvaluationPipeline` runs one retriever (a `HyDERetriever`, or a
-`NeighborExpandingRetriever` around one) and optionally an answer model, and records each
+`EvaluationPipeline` runs one retriever and optionally an answer model, and records each
 stage; the retriever is the whole retrieval configuration, and its ``label`` is the
-record's ``retrieval_method``. `EvaluationPipeline.from_settings` builds the retriever
-from a store, a mode and HyDERetriever's own fields (load once, ask many);
-`query_for_evaluation` is the one-call form. The record is a Ragas 0.4
+record's ``retrieval_method``. Any LangChain ``BaseRetriever`` can be evaluated
+(``store.as_retriever()``, an ``EnsembleRetriever``...), so a baseline of your own sits in
+the same report as hyde_lc's; a `HyDERetriever` (or a `NeighborExpandingRetriever`
+around one) reports each of its stages, any other retriever what can be measured from
+outside it (`hyde_lc.evaluation.any_retriever`): a stage that does not apply or cannot be
+measured is ``None`` (its time, tokens and cost), never 0.
+`EvaluationPipeline.from_settings` builds the retriever from a store, a mode and
+HyDERetriever's own fields (load once, ask many); `query_for_evaluation` is the one-call
+form. The record is a Ragas 0.4
 ``SingleTurnSample`` (``user_input``, ``response``, ``retrieved_contexts``,
 ``retrieved_context_ids``, and ``reference`` / ``reference_contexts`` when given) plus a
 ``metadata`` dict:
@@ -56,13 +61,21 @@ from typing import Any, Literal
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseLanguageModel
+from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.utils import AddableDict
 from langchain_core.vectorstores import VectorStore
 
 from hyde_lc.answer import answer_with_context, cited_sources
 from hyde_lc.errors import InvalidQueryError, InvalidSettingError
+from hyde_lc.evaluation.any_retriever import (
+    query_embeddings,
+    retriever_k,
+    retriever_label,
+    retriever_store,
+)
 from hyde_lc.evaluation.pricing import PricingTable
 from hyde_lc.evaluation.searched_store import check_searchable
 from hyde_lc.evaluation.usage import (
@@ -108,7 +121,8 @@ def default_mode(
     return "hyde" if hypotheses_asked or configured else "standard"
 
 
-EvaluatedRetriever = HyDERetriever | NeighborExpandingRetriever
+EvaluatedRetriever = BaseRetriever
+"""Any LangChain retriever; hyde_lc's own report every stage."""
 RAGAS_KEYS = (
     "user_input",
     "response",
@@ -131,8 +145,10 @@ class EvaluationPipeline:
     """Answer questions with one retriever, recording each stage's tokens, cost and time.
 
     ``retriever`` is the whole retrieval configuration: a `HyDERetriever` (standard,
-    hybrid, HyDE or hybrid HyDE, by its fields) or a `NeighborExpandingRetriever` around
-    one; ``retrieval_method`` is its ``label``. ``answer_llm=None`` retrieves only.
+    hybrid, HyDE or hybrid HyDE, by its fields), a `NeighborExpandingRetriever` around
+    one, or any other LangChain retriever (whose stages hyde_lc cannot see are recorded
+    as ``None``); ``retrieval_method`` is ``label`` when given, else the retriever's
+    ``label``, its ``name``, or its class. ``answer_llm=None`` retrieves only.
     `from_settings` builds the retriever from a store, a mode and model specs.
 
     Example:
@@ -148,6 +164,9 @@ class EvaluationPipeline:
         >>> record["metadata"]["retrieval_method"], record["metadata"]["total_cost"]
         ... # doctest: +SKIP
         ('hybrid-hyde', 0.0)
+        >>> baseline = EvaluationPipeline(open_store().as_retriever(search_kwargs={"k": 3}),
+        ...                               answer_llm=load_llm(role="answer"), label="mine")
+        ... # doctest: +SKIP
 
     """
 
@@ -159,10 +178,14 @@ class EvaluationPipeline:
         pricing: PricingTable | None = None,
         stream: bool = False,
         callbacks: Sequence[BaseCallbackHandler] = (),
+        label: str | None = None,
     ) -> None:
         self.retriever = retriever
         self.hyde_retriever = _searching_retriever(retriever)
-        check_searchable(self.hyde_retriever.vectorstore)
+        self.label = label
+        store = self.store
+        if store is not None:
+            check_searchable(store)
         self.answer_llm = answer_llm
         self.pricing = pricing
         self.stream = stream
@@ -223,12 +246,11 @@ class EvaluationPipeline:
             hyde_llm = custom_hyde_llm or load_llm(hyde_model, role="hypothesis")
         else:
             retriever_fields["n_hypotheses"] = 0
-        retriever: EvaluatedRetriever = HyDERetriever(
-            vectorstore=store, hypothesis_llm=hyde_llm, **retriever_fields
-        )
+        searching = HyDERetriever(vectorstore=store, hypothesis_llm=hyde_llm, **retriever_fields)
+        retriever: EvaluatedRetriever = searching
         if window:
             retriever = NeighborExpandingRetriever(
-                base_retriever=retriever, k=retriever.k, window=window
+                base_retriever=searching, k=searching.k, window=window
             )
         answer_llm = None
         if not retrieval_only:
@@ -241,13 +263,28 @@ class EvaluationPipeline:
 
     @property
     def retrieval_method(self) -> str:
-        """The retriever's configuration label, e.g. ``hybrid-hyde`` or ``hyde+window=1``."""
-        return self.retriever.label
+        """The configuration label, e.g. ``hybrid-hyde``, ``hyde+window=1`` or ``label``."""
+        return self.label or retriever_label(self.retriever)
 
     @property
-    def store(self) -> VectorStore:
-        """The vector store searched."""
-        return self.hyde_retriever.vectorstore
+    def store(self) -> VectorStore | None:
+        """The vector store searched; None when the retriever does not name one."""
+        if self.hyde_retriever is not None:
+            return self.hyde_retriever.vectorstore
+        return retriever_store(self.retriever)
+
+    @property
+    def k(self) -> int | None:
+        """Documents per question, when the retriever says."""
+        return retriever_k(self.retriever)
+
+    @property
+    def embedding_model(self) -> Embeddings | None:
+        """The embeddings that read the question (None: none, several, or not known)."""
+        if self.hyde_retriever is not None:
+            return self.hyde_retriever.embedding_model
+        found = query_embeddings(self.retriever) or []
+        return found[0] if len({id(e) for e in found}) == 1 else None
 
     @property
     def expander(self) -> NeighborExpandingRetriever | None:
@@ -258,7 +295,7 @@ class EvaluationPipeline:
     def hyde_llm(self) -> BaseLanguageModel | None:
         """The model that writes hypotheses (None when the retriever writes none)."""
         hyde = self.hyde_retriever
-        return hyde.hypothesis_llm if hyde.n_hypotheses else None
+        return hyde.hypothesis_llm if hyde is not None and hyde.n_hypotheses else None
 
     # -- stages ------------------------------------------------------------------------
 
@@ -300,12 +337,17 @@ class EvaluationPipeline:
         (`hyde_lc.local_llm.LocalChatModel.warm_up`), for models that have one; a model
         without one (a remote model) is not called, so warming costs no tokens. What an
         earlier pipeline warmed (a shared store, model or engine) takes about 0 s.
+        A retriever other than hyde_lc's is warmed by one ``invoke`` of the fixed text (one
+        that calls a model itself, such as ``MultiQueryRetriever``, calls it then).
         """
         seconds: dict[str, float] = {}
         start = time.perf_counter()
         searching = self.hyde_retriever
-        embedded = searching.embed(WARM_UP_QUERY, [])
-        searching.search(searching.fuse(embedded), searching.k, query=WARM_UP_QUERY)
+        if searching is None:
+            self.retriever.invoke(WARM_UP_QUERY)
+        else:
+            embedded = searching.embed(WARM_UP_QUERY, [])
+            searching.search(searching.fuse(embedded), searching.k, query=WARM_UP_QUERY)
         seconds["retrieval"] = time.perf_counter() - start
         for stage, llm in (("hypothesis", self.hyde_llm), ("answer", self.answer_llm)):
             warm_up = getattr(llm, "warm_up", None)
@@ -327,9 +369,11 @@ class EvaluationPipeline:
         _check_question(question)
         recorders = _Recorders()
         start = time.perf_counter()
-        result = self.retriever.retrieve_with_details(
-            question, self._config(recorders.hyde, "hyde_lc.retrieve")
-        )
+        config = self._config(recorders.hyde, "hyde_lc.retrieve")
+        if self.hyde_retriever is None:
+            result = _outside(question, self.retriever.invoke(question, config))
+        else:
+            result = self.retriever.retrieve_with_details(question, config)  # type: ignore[attr-defined]
         retrieved = time.perf_counter()
         answered = (
             None
@@ -356,9 +400,11 @@ class EvaluationPipeline:
         _check_question(question)
         recorders = _Recorders()
         start = time.perf_counter()
-        result = await self.retriever.aretrieve_with_details(
-            question, self._config(recorders.hyde, "hyde_lc.retrieve")
-        )
+        config = self._config(recorders.hyde, "hyde_lc.retrieve")
+        if self.hyde_retriever is None:
+            result = _outside(question, await self.retriever.ainvoke(question, config))
+        else:
+            result = await self.retriever.aretrieve_with_details(question, config)  # type: ignore[attr-defined]
         retrieved = time.perf_counter()
         answered = (
             None
@@ -390,29 +436,54 @@ class EvaluationPipeline:
         docs = result.documents
         hyde_llm = self.hyde_llm
         hyde_info, answer_info = describe_llm(hyde_llm), describe_llm(self.answer_llm)
-        embeddings = self.hyde_retriever.embedding_model
-        stages: dict[str, StageUsage] = {
-            "hypothesis": summarise(
-                "hypothesis", recorders.hyde, provider=hyde_info.provider,
-                model=hyde_info.name, model_id=hyde_info.model_id, pricing=self.pricing,
-            ),
-            "embedding": embedding_usage(result.embedded_texts, embeddings, self.pricing),
-            "answer": summarise(
-                "answer", recorders.answer, provider=answer_info.provider,
-                model=answer_info.name, model_id=answer_info.model_id, pricing=self.pricing,
-            ),
-        }  # fmt: skip
-        timings = {
-            key: result.timings.get(key, 0.0) for key in ("hypothesis_s", "embedding_s", "search_s")
-        }
-        if "expansion_s" in result.timings:
-            timings["expansion_s"] = result.timings["expansion_s"]
+        embeddings = self.embedding_model
+        answer_stage = summarise(
+            "answer", recorders.answer, provider=answer_info.provider,
+            model=answer_info.name, model_id=answer_info.model_id, pricing=self.pricing,
+        )  # fmt: skip
+        stages: dict[str, StageUsage | None]
+        if self.hyde_retriever is not None:
+            assert embeddings is not None
+            stages = {
+                "hypothesis": summarise(
+                    "hypothesis", recorders.hyde, provider=hyde_info.provider,
+                    model=hyde_info.name, model_id=hyde_info.model_id, pricing=self.pricing,
+                ),
+                "embedding": embedding_usage(result.embedded_texts, embeddings, self.pricing),
+                "answer": answer_stage,
+            }  # fmt: skip
+            timings: dict[str, float | None] = {
+                key: result.timings.get(key, 0.0)
+                for key in ("hypothesis_s", "embedding_s", "search_s")
+            }
+            if "expansion_s" in result.timings:
+                timings["expansion_s"] = result.timings["expansion_s"]
+        else:
+            stages = {
+                "hypothesis": None,
+                "embedding": self._outside_embedding(question),
+                "answer": answer_stage,
+            }
+            if recorders.hyde.calls:  # the retriever called a model itself
+                stages["retriever_llm"] = summarise(
+                    "retriever_llm", recorders.hyde, provider="unknown",
+                    model=next((c.model_id for c in recorders.hyde.calls if c.model_id), "unknown"),
+                    pricing=self.pricing,
+                )  # fmt: skip
+            timings = {"hypothesis_s": None, "retrieval_s": retrieved - start}
         timings["answer_s"] = end - retrieved
         hypothesis_s = timings["hypothesis_s"]
         answer = None if answered is None else strip_reasoning(str(answered["answer"]))
         given: list[Document] = [] if answered is None else list(answered["context_documents"])
         dropped: list[Document] = [] if answered is None else list(answered["dropped_documents"])
-        costs = [s.cost for s in stages.values()]
+        measured = {name: s for name, s in stages.items() if s is not None}
+        llm_stages = [s for name, s in measured.items() if name != "embedding"]
+        unmeasured = [name for name, s in stages.items() if s is None and name == "embedding"]
+        costs = [s.cost for s in measured.values()]
+        cost_sources = [s.cost_source for s in measured.values()]
+        if unmeasured:
+            cost_sources.append(f"embedding: not measured for a {type(self.retriever).__name__}")
+        embedding = stages["embedding"]
         record: dict[str, Any] = {
             "user_input": question,
             "response": answer,
@@ -425,36 +496,42 @@ class EvaluationPipeline:
             record["reference_contexts"] = list(reference_contexts)
         if reference_context_ids is not None:
             record["reference_context_ids"] = list(reference_context_ids)
+        hypothesis = stages["hypothesis"]
+        outside = self.hyde_retriever is None
         record["metadata"] = {
             "execution_time": end - start,
             "hypothesis_time": hypothesis_s,
-            "retrieval_time": max(retrieved - start - hypothesis_s, 0.0),
+            "retrieval_time": max(retrieved - start - (hypothesis_s or 0.0), 0.0),
             "answer_time": end - retrieved,
             "timings": timings,
-            "input_tokens": stages["hypothesis"].input_tokens + stages["answer"].input_tokens,
-            "output_tokens": stages["hypothesis"].output_tokens + stages["answer"].output_tokens,
-            "embedding_tokens": stages["embedding"].input_tokens,
-            "hyde_cost": stages["hypothesis"].cost,
-            "answer_cost": stages["answer"].cost,
-            "embedding_cost": stages["embedding"].cost,
-            "total_cost": None if None in costs else sum(c for c in costs if c is not None),
-            "stages": {name: stage.as_dict() for name, stage in stages.items()},
-            "usage_source": _sources(stages[s].usage_source for s in ("hypothesis", "answer")),
-            "cost_source": _sources(s.cost_source for s in stages.values()),
+            "input_tokens": sum(s.input_tokens for s in llm_stages),
+            "output_tokens": sum(s.output_tokens for s in llm_stages),
+            "embedding_tokens": None if embedding is None else embedding.input_tokens,
+            "hyde_cost": None if hypothesis is None else hypothesis.cost,
+            "answer_cost": answer_stage.cost,
+            "embedding_cost": None if embedding is None else embedding.cost,
+            "total_cost": (
+                None if None in costs or unmeasured else sum(c for c in costs if c is not None)
+            ),
+            "stages": {name: s if s is None else s.as_dict() for name, s in stages.items()},
+            "usage_source": _sources(s.usage_source for s in llm_stages),
+            "cost_source": _sources(cost_sources),
             "retrieval_method": self.retrieval_method,
-            "k": self.retriever.k,
-            "lexical": result.lexical,
-            "search_rounds": result.rounds,
+            "k": self.k,
+            "lexical": None if outside else result.lexical,
+            "search_rounds": None if outside else result.rounds,
             "llm_hyde_model": hyde_info.name if hyde_llm else None,
             "llm_answer_model": answer_info.name if self.answer_llm else None,
             "hyde_provider": hyde_info.provider if hyde_llm else None,
             "answer_provider": answer_info.provider if self.answer_llm else None,
-            "hyde_model_id": stages["hypothesis"].model_id if hyde_llm else None,
-            "answer_model_id": stages["answer"].model_id if self.answer_llm else None,
-            "embedding_model": describe_embeddings(embeddings).model_id,
-            "hypothetical_documents": list(result.hypotheses),
+            "hyde_model_id": hypothesis.model_id if hyde_llm and hypothesis else None,
+            "answer_model_id": answer_stage.model_id if self.answer_llm else None,
+            "embedding_model": (
+                None if embeddings is None else describe_embeddings(embeddings).model_id
+            ),
+            "hypothetical_documents": None if outside else list(result.hypotheses),
             "hypothetical_document": result.hypotheses[0] if result.hypotheses else None,
-            "hypothesis_cache_hits": result.cache_hits,
+            "hypothesis_cache_hits": None if outside else result.cache_hits,
             "fallback": result.fallback,
             "query_note": result.query_note,
             "neighbors_note": next(
@@ -468,6 +545,31 @@ class EvaluationPipeline:
         }
         return record
 
+    def _outside_embedding(self, question: str) -> StageUsage | None:
+        """The embedding stage of a retriever other than hyde_lc's, when it can be told.
+
+        None when it cannot (`query_embeddings`) or does not apply (no embedding model).
+        """
+        found = query_embeddings(self.retriever)
+        if not found:
+            return None
+        used = [embedding_usage([question], e, self.pricing) for e in found]
+        if len(used) == 1:
+            return used[0]
+        costs = [u.cost for u in used]
+        return StageUsage(
+            stage="embedding",
+            provider=" + ".join(dict.fromkeys(u.provider for u in used)),
+            model=" + ".join(dict.fromkeys(u.model for u in used)),
+            model_id=" + ".join(dict.fromkeys(u.model_id for u in used)),
+            calls=sum(u.calls for u in used),
+            input_tokens=sum(u.input_tokens for u in used),
+            output_tokens=0,
+            usage_source=_sources(u.usage_source for u in used),
+            cost=None if None in costs else sum(c for c in costs if c is not None),
+            cost_source=_sources(u.cost_source for u in used),
+        )
+
 
 class _Recorders:
     """One usage recorder per LLM stage."""
@@ -477,26 +579,29 @@ class _Recorders:
         self.answer = UsageRecorder()
 
 
-def _searching_retriever(retriever: Any) -> HyDERetriever:
-    """The HyDERetriever that searches: ``retriever`` itself, or the one it expands."""
+def _searching_retriever(retriever: Any) -> HyDERetriever | None:
+    """The HyDERetriever that searches (``retriever`` itself, or the one it expands).
+
+    None for any other LangChain retriever: it is evaluated from outside.
+    """
     if isinstance(retriever, HyDERetriever):
         return retriever
     if isinstance(retriever, NeighborExpandingRetriever) and isinstance(
         retriever.base_retriever, HyDERetriever
     ):
         return retriever.base_retriever
+    if isinstance(retriever, BaseRetriever):
+        return None
     raise InvalidSettingError(
-        "EvaluationPipeline evaluates a HyDERetriever, or a NeighborExpandingRetriever whose "
-        f"base_retriever is one; got {_kind(retriever)}. For standard retrieval use "
-        "HyDERetriever(vectorstore=store, n_hypotheses=0), or "
-        "EvaluationPipeline.from_settings(store=store, mode='standard')"
+        "EvaluationPipeline evaluates a LangChain retriever (a BaseRetriever: a "
+        "HyDERetriever, store.as_retriever(), an EnsembleRetriever...); got a "
+        f"{type(retriever).__name__}. For a vector store, pass store.as_retriever()"
     )
 
 
-def _kind(retriever: Any) -> str:
-    if isinstance(retriever, NeighborExpandingRetriever):
-        return f"a NeighborExpandingRetriever around a {type(retriever.base_retriever).__name__}"
-    return f"a {type(retriever).__name__}"
+def _outside(question: str, documents: list[Document]) -> HyDEResult:
+    """What a retriever other than hyde_lc's returned, in the shape of its own results."""
+    return HyDEResult(question, [], list(documents), label="")
 
 
 def _check_fields(mode: str, fields: dict[str, Any]) -> None:
@@ -550,13 +655,13 @@ def context_id(doc: Document) -> str:
 def _pipeline_for(retriever: EvaluatedRetriever | None, options: dict[str, Any]) -> Any:
     if retriever is None:
         return EvaluationPipeline.from_settings(**options)
-    allowed = {"answer_llm", "pricing", "stream", "callbacks"}
+    allowed = {"answer_llm", "pricing", "stream", "callbacks", "label"}
     extra = sorted(set(options) - allowed)
     if extra:
         raise InvalidSettingError(
             f"with retriever=..., the retrieval settings are the retriever's own: "
-            f"{', '.join(extra)} cannot be given too (pass answer_llm, pricing, stream or "
-            "callbacks, or leave retriever out)"
+            f"{', '.join(extra)} cannot be given too (pass answer_llm, pricing, stream, "
+            "callbacks or label, or leave retriever out)"
         )
     return EvaluationPipeline(retriever, **options)
 
@@ -572,8 +677,10 @@ def query_for_evaluation(
 ) -> dict[str, Any]:
     """Answer one question and return its Ragas-ready record.
 
-    With ``retriever``, ``options`` are those of `EvaluationPipeline` (``answer_llm``,
-    ``pricing``, ``stream``, ``callbacks``); without, those of
+    With ``retriever`` (any LangChain retriever: a `HyDERetriever`,
+    ``store.as_retriever()``, an ``EnsembleRetriever``...), ``options`` are those of
+    `EvaluationPipeline` (``answer_llm``, ``pricing``, ``stream``, ``callbacks``,
+    ``label``); without, those of
     `EvaluationPipeline.from_settings` (``store``, ``mode``, ``window``, ``hyde_model``,
     ``answer_model``, ``custom_hyde_llm``, ``custom_answer_llm``, ``retrieval_only`` and
     HyDERetriever's fields such as ``k`` or ``n_hypotheses``). For many questions, build

@@ -50,6 +50,8 @@ except ImportError:  # pragma: no cover - Windows: no advisory file locks
 
 CORRUPT_SUFFIX = ".corrupt"
 """Lines set aside from ``<file>`` are appended to ``<file>.corrupt``."""
+OTHERS_SUFFIX = ".other"
+"""Records of questions not in the run's question set, when asked to set them aside."""
 LOCK_SUFFIX = ".lock"
 """A run holds ``<file>.lock`` (``flock``) while it writes ``<file>``."""
 TORN_START = b'{"user_input": '
@@ -122,8 +124,8 @@ def encode(record: dict[str, Any]) -> bytes:
 def _parse(raw: bytes) -> dict[str, Any] | None:
     try:
         value = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None  # RecursionError: nested deeper than Python parses; no record is
     return value if is_record(value) else None
 
 
@@ -167,12 +169,14 @@ def refuse_foreign(contents: Contents, flag: str) -> None:
     )
 
 
-def set_aside(path: Path, lines: Iterable[Line]) -> Path:
-    """Append ``lines`` byte for byte to ``<path>.corrupt`` (synced); returns that path.
+def set_aside(path: Path, lines: Iterable[Line], suffix: str = CORRUPT_SUFFIX) -> Path:
+    """Append ``lines`` byte for byte to ``<path><suffix>`` (synced); returns that path.
 
-    A line without newline (cut short) gets one, so later appends start lines of their own.
+    ``suffix`` is ``.corrupt`` for lines that are not records, ``.other`` for records of
+    another question set. A line without newline (cut short) gets one, so later appends
+    start lines of their own.
     """
-    corrupt = path.with_name(path.name + CORRUPT_SUFFIX)
+    corrupt = path.with_name(path.name + suffix)
     try:
         with corrupt.open("ab") as sink:
             for line in lines:
@@ -181,7 +185,7 @@ def set_aside(path: Path, lines: Iterable[Line]) -> Path:
             os.fsync(sink.fileno())
     except OSError as exc:
         raise HydeLcError(
-            f"cannot write {corrupt} to keep the lines of {path} that are not records "
+            f"cannot write {corrupt} to keep lines set aside from {path} "
             f"({exc.strerror}); nothing was changed"
         ) from exc
     return corrupt

@@ -4,16 +4,23 @@ Input (JSON Lines, UTF-8): ``question`` (or ``user_input``) on every line, optio
 ``reference`` (a string), ``reference_contexts`` and ``reference_context_ids`` (lists of
 strings) and an ``id``; a line of another shape is refused at read time, naming the line.
 Output (JSON Lines): one `EvaluationPipeline` record per question, in input order, each
-with ``metadata.question_key`` (line number and a hash of the question) and
-``metadata.settings`` (`run_settings`: the retrieval method and every retriever setting
-that shapes it, hybrid weights included; the window, the models, the collection...).
+with ``metadata.question_key`` (a hash of the question's content: its text, reference,
+reference contexts and their ids; `content_key`) and ``metadata.settings``
+(`run_settings`: the retrieval method and every retriever setting that shapes it,
+hybrid weights included; the window, the models, the collection...).
 Before the first question is asked the pipeline is warmed (`EvaluationPipeline.warm_up`:
 models loaded and run once, indexes opened), so no record's times include loading;
 `RunSummary.load_s` gives the seconds that took.
 
 Resuming: records are appended and flushed one by one, so an interrupted run keeps
 everything it finished; running the same command again skips the questions already in
-the output and continues. The output file is handled by `hyde_lc.evaluation.results_file`:
+the output and continues. Records are found by their question's content, not its line, so
+questions added to the file (anywhere) are the only ones asked. A file holding records of
+questions that are not in this question set (made from another question file, or from
+questions since changed or removed) is refused before anything runs, naming the fix;
+``set_aside_others=True`` (``--set-aside-others``) moves those records to
+``<file>.other`` instead, so scores never mix two question sets. The output file is
+handled by `hyde_lc.evaluation.results_file`:
 a run made with other settings is refused (the message lists them: ``k: 4 -> 1``; a
 setting the file's records do not record shows as ``not recorded``, so records made before
 a setting existed are never mixed with new ones), as is a file that is not a results file;
@@ -42,18 +49,21 @@ import hashlib
 import json
 import logging
 import os
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
 from hyde_lc.errors import HydeLcError
+from hyde_lc.evaluation.any_retriever import describe_retriever
 from hyde_lc.evaluation.pricing import PricingTable
 from hyde_lc.evaluation.records import EvaluationPipeline
 from hyde_lc.evaluation.results_file import (
+    OTHERS_SUFFIX,
     Contents,
     Line,
     check_unlocked,
@@ -91,14 +101,18 @@ class Question:
     reference_contexts: list[str] | None = None
     reference_context_ids: list[str] | None = None
     key: str = ""
-    """Identifies the question in an output file, for resuming: ``<line>:<hash>`` from
-    `read_questions`; left empty, a hash of the question and reference (`content_key`)."""
+    """Identifies the question in an output file, for resuming; left empty, a hash of its
+    content (`content_key`). `read_questions` adds ``#2``, ``#3``... to the key of a
+    question that repeats an earlier line's content."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Any other fields of the line (kept in ``metadata.input``)."""
 
     def __post_init__(self) -> None:
         if not self.key:
-            object.__setattr__(self, "key", content_key(self.question, self.reference))
+            key = content_key(
+                self.question, self.reference, self.reference_contexts, self.reference_context_ids
+            )
+            object.__setattr__(self, "key", key)
 
 
 @dataclass(frozen=True)
@@ -116,17 +130,63 @@ class RunSummary:
     load_s: dict[str, float] = field(default_factory=dict)
     """Seconds spent loading the models and indexes before the first question, per stage
     (`EvaluationPipeline.warm_up`); in no record's times. Empty when nothing was asked."""
+    others_set_aside: int = 0
+    """Records of questions not in this question set, moved to `others_file`."""
+    others_file: Path | None = None
+    """``<out>.other``, when records were moved there."""
+
+
+LEGACY_KEY = re.compile(r"\d+:[0-9a-f]{12}")
+"""``<line>:<sha1 of the question>``: how records were keyed before content keys."""
 
 
 def question_key(line: int, question: str) -> str:
-    """``<line>:<first 12 hex of sha1(question)>``."""
+    """``<line>:<first 12 hex of sha1(question)>``: the key of records in older files."""
     return f"{line}:{hashlib.sha1(question.encode('utf-8')).hexdigest()[:12]}"
 
 
-def content_key(question: str, reference: str | None = None) -> str:
-    """``q:<first 12 hex of sha1>`` of the question and its reference."""
-    text = json.dumps([question, reference], ensure_ascii=False)
+def content_key(
+    question: str,
+    reference: str | None = None,
+    reference_contexts: Sequence[str] | None = None,
+    reference_context_ids: Sequence[str] | None = None,
+) -> str:
+    """``q:<first 12 hex of sha1>`` of the question and what it is scored against.
+
+    Two questions with the same text but other references get other keys, so a record
+    scored against one reference is never reused for another.
+
+    Example:
+        >>> content_key("Who?") == content_key("Who?", None, None, None)
+        True
+        >>> content_key("Who?", "Keepers") == content_key("Who?", "Keepers", ["a passage"])
+        False
+
+    """
+    parts: list[Any] = [question, reference]
+    if reference_contexts is not None or reference_context_ids is not None:
+        parts += [reference_contexts, reference_context_ids]
+    text = json.dumps(parts, ensure_ascii=False)
     return f"q:{hashlib.sha1(text.encode('utf-8')).hexdigest()[:12]}"
+
+
+def record_key(record: dict[str, Any]) -> str:
+    """The question key of a record; for a record of an older file, from its content.
+
+    Older files keyed records by line number (`question_key`), which named another
+    question once a line was inserted above; such a record is matched by its own
+    question, reference and reference contexts instead.
+    """
+    meta = record.get("metadata") or {}
+    key = str(meta.get("question_key", ""))
+    if not LEGACY_KEY.fullmatch(key):
+        return key
+    return content_key(
+        str(record.get("user_input", "")),
+        record.get("reference"),
+        record.get("reference_contexts"),
+        record.get("reference_context_ids"),
+    )
 
 
 def check_unique_keys(questions: Sequence[Question]) -> None:
@@ -157,6 +217,7 @@ def read_questions(path: str | os.PathLike[str]) -> list[Question]:
     if not source.is_file():
         raise HydeLcError(f"no question file at {source}: give a JSON Lines file of questions")
     questions = []
+    seen: dict[str, int] = {}
     for number, raw in enumerate(source.read_bytes().split(b"\n"), start=1):
         line = _decoded(source, number, raw.removeprefix(b"\xef\xbb\xbf") if number == 1 else raw)
         if not line.strip():
@@ -165,7 +226,16 @@ def read_questions(path: str | os.PathLike[str]) -> list[Question]:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
             raise HydeLcError(f"{source}:{number} is not valid JSON ({exc.msg})") from exc
-        questions.append(_question(source, number, row))
+        except RecursionError:
+            raise HydeLcError(
+                f"{source}:{number} nests JSON arrays or objects deeper than can be read: "
+                'each line must be one flat object, {"question": "...", "reference": "..."}'
+            ) from None
+        question = _question(source, number, row)
+        count = seen[question.key] = seen.get(question.key, 0) + 1
+        if count > 1:  # the same content again: a key of its own, still line-independent
+            question = replace(question, key=f"{question.key}#{count}")
+        questions.append(question)
     if not questions:
         raise HydeLcError(f"{source} holds no questions")
     return questions
@@ -207,15 +277,26 @@ def _question(source: Path, number: int, row: Any) -> Question:
             raise HydeLcError(
                 f'{where} "{name}" must be a list of strings, got {json.dumps(value)[:80]}'
             )
+    _check_encodable(where, row)
     known = {"question", "user_input", "reference", *_LIST_FIELDS}
     return Question(
         question=text,
         reference=reference,
         reference_contexts=row.get("reference_contexts"),
         reference_context_ids=row.get("reference_context_ids"),
-        key=question_key(number, text),
         extra={k: v for k, v in row.items() if k not in known},
     )
+
+
+def _check_encodable(where: str, row: dict[str, Any]) -> None:
+    """Refuse a lone surrogate escape: JSON allows one, UTF-8 cannot hold it."""
+    try:
+        json.dumps(row, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise HydeLcError(
+            f"{where} holds a lone surrogate escape ({exc.object[exc.start : exc.end]!r}), "
+            "which is no character: fix that escape in the line"
+        ) from None
 
 
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -289,16 +370,27 @@ def run_settings(pipeline: EvaluationPipeline) -> dict[str, Any]:
     The retriever's label (``retrieval_method``) and fields (`retriever_settings`: k,
     hypotheses, fusion, the lexical side and its weights...), the neighbour expansion,
     the models and where the collection is; settings that cannot matter are ``None``.
+    A retriever other than hyde_lc's is given by its class and fields, nested retrievers
+    included (`hyde_lc.evaluation.any_retriever.describe_retriever`).
     """
     hyde = pipeline.hyde_retriever
     expander = pipeline.expander
-    collection, location = describe_store(pipeline.store)
+    store = pipeline.store
+    collection, location = describe_store(store) if store is not None else (None, None)
+    embeddings = pipeline.embedding_model
+    own: dict[str, Any]
+    if hyde is None:
+        own = {"retriever": describe_retriever(pipeline.retriever)}
+    else:
+        own = {
+            **retriever_settings(hyde),
+            "window": expander.window if expander else 0,
+            **{name: _plain(getattr(expander, name)) if expander else None for name in _EXPANSION},
+        }
     settings = {
         "retrieval_method": pipeline.retrieval_method,
-        **retriever_settings(hyde),
-        "k": pipeline.retriever.k,
-        "window": expander.window if expander else 0,
-        **{name: _plain(getattr(expander, name)) if expander else None for name in _EXPANSION},
+        **own,
+        "k": pipeline.k,
         "retrieval_only": pipeline.answer_llm is None,
         "hypothesis_model": (
             describe_llm(pipeline.hyde_llm).model_id if pipeline.hyde_llm else None
@@ -306,7 +398,7 @@ def run_settings(pipeline: EvaluationPipeline) -> dict[str, Any]:
         "answer_model": (
             describe_llm(pipeline.answer_llm).model_id if pipeline.answer_llm else None
         ),
-        "embedding_model": describe_embeddings(hyde.embedding_model).model_id,
+        "embedding_model": describe_embeddings(embeddings).model_id if embeddings else None,
         "collection": collection,
         "store": location,
     }
@@ -315,28 +407,71 @@ def run_settings(pipeline: EvaluationPipeline) -> dict[str, Any]:
 
 def _record_fields(pipeline: EvaluationPipeline) -> dict[str, Any]:
     """The fields a record of ``pipeline`` has, for files written without settings."""
+    embeddings = pipeline.embedding_model
     return {
         "retrieval_method": pipeline.retrieval_method,
-        "k": pipeline.retriever.k,
+        "k": pipeline.k,
         "llm_hyde_model": describe_llm(pipeline.hyde_llm).name if pipeline.hyde_llm else None,
         "llm_answer_model": (
             describe_llm(pipeline.answer_llm).name if pipeline.answer_llm else None
         ),
-        "embedding_model": describe_embeddings(pipeline.hyde_retriever.embedding_model).model_id,
+        "embedding_model": describe_embeddings(embeddings).model_id if embeddings else None,
     }
 
 
-def check_output_file(path: str | os.PathLike[str], *, resume: bool, flag: str = "--out") -> None:
+def check_output_file(
+    path: str | os.PathLike[str],
+    *,
+    resume: bool,
+    flag: str = "--out",
+    questions: Sequence[Question] | None = None,
+    set_aside_others: bool = False,
+) -> None:
     """What can be told about an output file before any model loads; raises if unusable.
 
     Refuses a folder, a path under a file, a file another run holds, a file that cannot be
-    written, and (when resuming) a file that is not a results file. ``flag`` names the
-    option that chose the path, for the messages.
+    written, and (when resuming) a file that is not a results file or, given
+    ``questions``, one holding records of other questions (`check_question_set`).
+    ``flag`` names the option that chose the path, for the messages.
     """
     target = Path(path)
     _check_path(target, flag)
     if resume:
-        refuse_foreign(scan(target), flag)
+        contents = scan(target)
+        refuse_foreign(contents, flag)
+        if questions is not None and not set_aside_others:
+            check_question_set(contents, questions, flag)
+
+
+def other_questions(contents: Contents, questions: Sequence[Question]) -> list[Line]:
+    """The records of ``contents`` whose question is not one of ``questions``."""
+    wanted = {q.key for q in questions}
+    return [
+        line for line in contents.records if line.record and record_key(line.record) not in wanted
+    ]
+
+
+def check_question_set(contents: Contents, questions: Sequence[Question], flag: str) -> None:
+    """Refuse a file holding records of questions not in ``questions``, naming the fixes.
+
+    Such records come from another question file, or from questions since changed or
+    removed; resuming would score them with this set's (the two sets would mix).
+    """
+    others = other_questions(contents, questions)
+    if not others:
+        return
+    first = others[0].record or {}
+    count = len(others)
+    raise HydeLcError(
+        f"{contents.path} holds {count} record{'' if count == 1 else 's'} of questions that "
+        f"are not in this question set (line {others[0].number}: "
+        f"{_short(str(first.get('user_input', '')))!r}): it was made from another question "
+        "file, or those questions (or their references) were changed or removed since. "
+        f"Nothing was run or changed. Choose another {flag}, pass --set-aside-others "
+        f"(set_aside_others=True in Python) to move those records to "
+        f"{contents.path.name}{OTHERS_SUFFIX} and continue, or --restart (resume=False) to "
+        "start afresh."
+    )
 
 
 def _check_path(target: Path, flag: str) -> None:
@@ -354,16 +489,24 @@ def _check_path(target: Path, flag: str) -> None:
 
 
 def check_resumable(
-    path: str | os.PathLike[str], pipeline: EvaluationPipeline, *, flag: str = "--out"
+    path: str | os.PathLike[str],
+    pipeline: EvaluationPipeline,
+    *,
+    flag: str = "--out",
+    questions: Sequence[Question] | None = None,
+    set_aside_others: bool = False,
 ) -> Contents:
     """Refuse to resume ``path`` with ``pipeline`` if its records were made otherwise.
 
-    Raises when the file is not a results file, or when a record's settings differ from
-    the pipeline's; the message lists each difference as ``setting: stored -> asked``.
-    Returns what the file holds.
+    Raises when the file is not a results file, when (given ``questions``, unless
+    ``set_aside_others``) it holds records of other questions (`check_question_set`), or
+    when a record's settings differ from the pipeline's; the message lists each
+    difference as ``setting: stored -> asked``. Returns what the file holds.
     """
     contents = scan(path)
     refuse_foreign(contents, flag)
+    if questions is not None and not set_aside_others:
+        check_question_set(contents, questions, flag)
     changed = differences(contents.records, run_settings(pipeline), _record_fields(pipeline))
     if changed:
         raise HydeLcError(
@@ -387,6 +530,11 @@ def _failure(question: Question, pipeline: EvaluationPipeline, exc: BaseExceptio
         "response": None,
         "retrieved_contexts": [],
         "retrieved_context_ids": [],
+        **{
+            name: getattr(question, name)
+            for name in ("reference", "reference_contexts", "reference_context_ids")
+            if getattr(question, name) is not None
+        },
         "metadata": {
             "error": f"{type(exc).__name__}: {exc}",
             "retrieval_method": pipeline.retrieval_method,
@@ -401,18 +549,24 @@ def evaluate_questions(
     *,
     resume: bool = True,
     retry_errors: bool = False,
+    set_aside_others: bool = False,
     progress: bool = True,
 ) -> RunSummary:
     """Run every question not yet in ``out`` and append its record (see module docstring).
 
-    ``resume=False`` starts ``out`` afresh. Everything is checked before the first
-    question is asked: distinct question keys, the pricing table, the output file (not a
-    folder, not another kind of file, not held by another run) and, when resuming, that
-    its records were made with this pipeline's settings. When there is a question to ask,
-    the pipeline's models and indexes are loaded first (`EvaluationPipeline.warm_up`), so
-    no record's times include loading; the summary gives the seconds that took.
+    ``resume=False`` starts ``out`` afresh. Records of questions not in ``questions`` are
+    refused, or with ``set_aside_others`` moved to ``<out>.other``. Everything is checked
+    before the first question is asked: distinct question keys, the pricing table, the
+    output file (not a folder, not another kind of file, not held by another run) and,
+    when resuming, that its records were made with this pipeline's settings. When there is
+    a question to ask, the pipeline's models and indexes are loaded first
+    (`EvaluationPipeline.warm_up`), so no record's times include loading; the summary
+    gives the seconds that took.
     """
-    with open_run(questions, pipeline, out, resume=resume, retry_errors=retry_errors) as run:
+    with open_run(
+        questions, pipeline, out, resume=resume, retry_errors=retry_errors,
+        set_aside_others=set_aside_others,
+    ) as run:  # fmt: skip
         load_s = pipeline.warm_up() if run.todo else {}
         method = pipeline.retrieval_method
         for question in tqdm(run.todo, desc=f"evaluate ({method})", disable=not progress):
@@ -438,6 +592,7 @@ class ResultsRun:
         sink: Any,
         set_aside: tuple[int, ...] = (),
         corrupt_file: Path | None = None,
+        others: tuple[int, Path | None] = (0, None),
     ) -> None:
         self.pipeline = pipeline
         self.target = target
@@ -448,6 +603,7 @@ class ResultsRun:
         self.failed = 0
         self.set_aside = set_aside
         self.corrupt_file = corrupt_file
+        self.others = others
         self._pending = {q.key for q in self.todo}
         self._settings = run_settings(pipeline)
         self._sink = sink
@@ -494,6 +650,8 @@ class ResultsRun:
             set_aside=self.set_aside,
             corrupt_file=self.corrupt_file,
             load_s=dict(load_s or {}),
+            others_set_aside=self.others[0],
+            others_file=self.others[1],
         )
 
 
@@ -506,13 +664,15 @@ def open_run(
     resume: bool = True,
     retry_errors: bool = False,
     flag: str = "--out",
+    set_aside_others: bool = False,
 ) -> Iterator[ResultsRun]:
     """``out`` checked, held and tidied for ``pipeline``'s run over ``questions``.
 
     Checks what `evaluate_questions` checks (``flag`` names the option that chose the
     file in the messages), holds the file for the block (`exclusive`), moves lines that
     are not records aside and, with ``retry_errors``, drops failed records to ask them
-    again. When the block ends normally, records are put in question order.
+    again; records of other questions are refused, or moved to ``<out>.other`` with
+    ``set_aside_others``. When the block ends normally, records are put in question order.
     """
     target = Path(out)
     check_unique_keys(questions)
@@ -520,16 +680,42 @@ def open_run(
     _check_path(target, flag)
     target.parent.mkdir(parents=True, exist_ok=True)
     with exclusive(target, flag):
-        contents = check_resumable(target, pipeline, flag=flag) if resume else None
+        contents = (
+            check_resumable(
+                target, pipeline, flag=flag, questions=questions,
+                set_aside_others=set_aside_others,
+            )
+            if resume
+            else None
+        )  # fmt: skip
+        others = _set_aside_others(target, contents, questions) if contents else (0, None)
+        if others[0]:
+            contents = scan(target)
         kept, moved, corrupt = _prepare(target, contents, retry_errors)
-        wanted = {q.key for q in questions}
-        done_keys = {line.record["metadata"]["question_key"] for line in kept if line.record}
-        done_keys &= wanted
+        done_keys = {record_key(line.record) for line in kept if line.record}
+        done_keys &= {q.key for q in questions}
         with target.open("ab") as sink:
-            run = ResultsRun(pipeline, target, questions, done_keys, sink, moved, corrupt)
+            run = ResultsRun(pipeline, target, questions, done_keys, sink, moved, corrupt, others)
             yield run
         if done_keys and run.asked:
             _reorder(target, questions)
+
+
+def _set_aside_others(
+    target: Path, contents: Contents, questions: Sequence[Question]
+) -> tuple[int, Path | None]:
+    """Move the records of questions not in ``questions`` to ``<target>.other``."""
+    others = other_questions(contents, questions)
+    if not others:
+        return 0, None
+    moved = set_aside(target, others, OTHERS_SUFFIX)
+    gone = {line.number for line in others}
+    replace_lines(target, [line.raw for line in contents.lines if line.number not in gone])
+    logger.warning(
+        "%s: %d record(s) of questions not in this question set moved to %s",
+        target, len(others), moved,
+    )  # fmt: skip
+    return len(others), moved
 
 
 def _prepare(
@@ -591,7 +777,7 @@ def _reorder(target: Path, questions: Sequence[Question]) -> None:
     ordered = sorted(
         lines,
         key=lambda line: position.get(
-            line.record["metadata"]["question_key"] if line.record else "", len(position)
+            record_key(line.record) if line.record else "", len(position)
         ),
     )
     if ordered != lines:
@@ -606,7 +792,7 @@ def _stop_if_server_lost(pipeline: EvaluationPipeline, exc: Exception, out: Path
     from hyde_lc.store import lost_server
 
     store = pipeline.store
-    if not is_chroma(store):
+    if store is None or not is_chroma(store):
         return
     kept = len(read_records(out))
     lost = lost_server(

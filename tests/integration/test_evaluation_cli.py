@@ -203,3 +203,36 @@ def test_records_without_the_lexical_settings_are_not_resumed(env, questions, tm
     done = run(env, *args)  # hybrid by default now
     refused(done, "retrieval_method: standard -> hybrid", "lexical: not recorded -> auto")
     assert out.read_bytes() == before
+
+
+def test_score_says_why_context_metrics_are_null(env, questions, tmp_path):
+    """The sample questions have references but no reference_contexts."""
+    out = tmp_path / "r.jsonl"
+    done = run(env, "evaluate", str(questions), "--out", str(out), *RETRIEVAL, "--score")
+    assert done.returncode == 0, done.stderr
+    scores = json.loads(done.stdout[done.stdout.index("{") :])
+    assert scores["context_recall"] is None and scores["context_precision"] is None
+    assert "context_precision, context_recall: null: no record has reference_contexts" in (
+        done.stderr
+    )
+    assert f'give each question in {questions} "reference_contexts"' in done.stderr
+
+
+def test_results_of_another_question_file_are_refused_then_set_aside(env, tmp_path):
+    lines = SAMPLE_QUESTIONS.read_text("utf-8").splitlines(keepends=True)
+    q1, q2 = tmp_path / "q1.jsonl", tmp_path / "q2.jsonl"
+    q1.write_text("".join(lines[:2]), "utf-8")
+    q2.write_text("".join(lines[1:3]), "utf-8")  # one question shared, one new
+    out = tmp_path / "r.jsonl"
+    assert run(env, "evaluate", str(q1), "--out", str(out), *RETRIEVAL).returncode == 0
+    before = out.read_bytes()
+    done = run(env, "evaluate", str(q2), "--out", str(out), *RETRIEVAL, "--score")
+    refused(done, "holds 1 record of questions that are not in this question set",
+            "--set-aside-others", "--restart")  # fmt: skip
+    assert out.read_bytes() == before
+    moved = run(env, "evaluate", str(q2), "--out", str(out), *RETRIEVAL, "--set-aside-others")
+    assert moved.returncode == 0, moved.stderr
+    assert "1 answered, 1 already in" in moved.stdout
+    assert f"1 record(s) of questions not in {q2} moved to {out}.other" in moved.stderr
+    asked = [json.loads(line)["question"] for line in lines[1:3]]
+    assert [r["user_input"] for r in read_records(out)] == asked

@@ -12,7 +12,7 @@ import pytest
 from langchain_core.callbacks import UsageMetadataCallbackHandler
 
 from hyde_lc import load_llm, open_store
-from hyde_lc.evaluation import EvaluationPipeline, read_records, score_records
+from hyde_lc.evaluation import EvaluationPipeline, read_records, results_table, score_records
 from tests.fakes import ROOT
 
 pytestmark = pytest.mark.integration
@@ -76,6 +76,27 @@ def test_ragas_evaluate_runs_offline_on_real_records(records):
     assert len(scores) == 3
     for row in scores:
         assert all(value is not None and 0.0 <= value <= 1.0 for value in row.values()), row
+
+
+def test_ragas_result_table_gets_each_real_records_tokens_cost_and_models(records):
+    import warnings
+
+    from ragas import EvaluationDataset, evaluate
+
+    out, _ = records
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from ragas.metrics import NonLLMStringSimilarity
+
+        result = evaluate(
+            EvaluationDataset.from_list(out), metrics=[NonLLMStringSimilarity()],
+            show_progress=False,
+        )  # fmt: skip
+    table = results_table(result, out)
+    assert len(table) == 3 and table["non_llm_string_similarity"].between(0, 1).all()
+    assert (table["answer_input_tokens"] > 0).all() and (table["total_cost"] == 0.0).all()
+    assert table["answer_model_id"].str.contains(".gguf").all()
+    assert list(table["input_tokens"]) == [r["metadata"]["input_tokens"] for r in out]
 
 
 def _run(env, *args, **kwargs):

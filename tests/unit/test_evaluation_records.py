@@ -280,13 +280,14 @@ def test_a_retriever_and_retrieval_settings_together_are_refused(store):
         query_for_evaluation("q?", retriever=hyde, k=3)
 
 
-def test_only_a_hyde_retriever_or_its_expansion_can_be_evaluated(store):
-    with pytest.raises(InvalidSettingError, match="n_hypotheses=0") as refused:
-        EvaluationPipeline(store.as_retriever())  # type: ignore[arg-type]
-    assert "VectorStoreRetriever" in str(refused.value)
-    wide = NeighborExpandingRetriever(base_retriever=store.as_retriever(), k=2)
-    with pytest.raises(InvalidSettingError, match="around a VectorStoreRetriever"):
-        EvaluationPipeline(wide)  # type: ignore[arg-type]
+def test_an_expansion_around_another_retriever_is_evaluated_from_outside(store):
+    wide = NeighborExpandingRetriever(base_retriever=store.as_retriever(), k=2, window=1)
+    pipeline = EvaluationPipeline(wide)
+    assert pipeline.hyde_retriever is None and pipeline.store is store
+    meta = pipeline.run("How do lenses work?")["metadata"]
+    assert meta["retrieval_method"] == "VectorStoreRetriever+window=1"
+    assert meta["stages"]["hypothesis"] is None and meta["k"] == 2
+    assert meta["stages"]["embedding"] is None  # the expansion's own reads are not known
 
 
 def test_embedding_tokens_count_every_text_the_embedding_model_read(store, fake_embeddings):
