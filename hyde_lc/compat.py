@@ -21,7 +21,10 @@ from typing import Any
 from langchain_core.language_models import BaseLanguageModel
 
 
-def _stage_metrics(stage: dict[str, Any]) -> dict[str, Any]:
+def _stage_metrics(stage: dict[str, Any] | None) -> dict[str, Any] | None:
+    """One stage's figures; None for a stage the retriever does not have or report."""
+    if stage is None:
+        return None
     keys = ("provider", "model", "model_id", "input_tokens", "output_tokens")
     return {
         **{key: stage[key] for key in keys},
@@ -46,14 +49,17 @@ def legacy_view(record: dict[str, Any]) -> dict[str, Any]:
         ...     "execution_time": 1.5, "retrieval_method": "hybrid"}}
         >>> legacy_view(record)["answer_metrics"]["total_tokens"]
         5
+        >>> record["metadata"]["stages"]["hypothesis"] = None  # a retriever without one
+        >>> legacy_view(record)["hyde_metrics"] is None
+        True
 
     """
     meta = record["metadata"]
     return {
         "answer": record["response"],
         "contexts": record["retrieved_contexts"],
-        "hypothetical_document": meta["hypothetical_document"],
-        "hypothetical_documents": meta["hypothetical_documents"],
+        "hypothetical_document": meta.get("hypothetical_document"),
+        "hypothetical_documents": meta.get("hypothetical_documents"),
         "hyde_metrics": _stage_metrics(meta["stages"]["hypothesis"]),
         "answer_metrics": _stage_metrics(meta["stages"]["answer"]),
         "embedding_metrics": _stage_metrics(meta["stages"]["embedding"]),

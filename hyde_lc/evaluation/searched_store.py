@@ -24,12 +24,16 @@ from langchain_core.vectorstores import VectorStore
 from hyde_lc.errors import StoreError
 from hyde_lc.vectorstore import is_chroma, store_size
 
+UNKNOWN_CHROMA = "a langchain-chroma store"
+"""Where a langchain-chroma ``Chroma`` store lives, as far as its public API says."""
+
 
 def describe_store(store: VectorStore) -> tuple[str | None, str]:
     """The collection's name (None when the store has no such name) and where it lives.
 
-    A hyde_lc collection gives its folder or server URL; another Chroma store its folder,
-    server or ``chroma in memory``; any other store its class name.
+    A hyde_lc collection gives its folder or server URL; a langchain-chroma ``Chroma``
+    store (which does not say publicly where it lives) ``a langchain-chroma store``; any
+    other store its class name.
     """
     if not is_chroma(store):
         return None, type(store).__name__
@@ -39,14 +43,16 @@ def describe_store(store: VectorStore) -> tuple[str | None, str]:
         location = store.location
         return location.collection, str(location.path) if location.path else str(location.url)
     folder = store_folder(store)  # type: ignore[arg-type]
-    return None, str(folder) if folder else server_url(store) or "chroma in memory"  # type: ignore[arg-type]
+    where = str(folder) if folder else server_url(store)  # type: ignore[arg-type]
+    return None, where or UNKNOWN_CHROMA
 
 
 def _ingest_hint(store: Any) -> str:
     collection, where = describe_store(store)
     server = where.startswith(("http://", "https://"))
     flags = f" --chroma-url {where}" if server else f" --store {where}"
-    if collection:
+    if where == UNKNOWN_CHROMA:
+        flags = ""
         flags += f" --collection {collection}"
     return (
         f"ingest documents into it first (`hyde-lc ingest PATH...{flags}`, or "

@@ -2,8 +2,10 @@
 
 Every ```python block of README.md is executed in one namespace (top-level ``await``
 allowed, as in Jupyter), in a fresh folder holding a small ``reports/`` folder, with the
-small local model standing in for both LLM roles so that the test needs no 1.5 GB of
-weights. A renamed function, a wrong signature or a stale example fails here.
+small local model standing in for both LLM roles (short answers) so that the test needs no
+1.5 GB of weights. A block preceded by ``<!-- ... tested: <test file> -->`` has a test of
+its own that also checks what it prints; it is left to that test. A renamed function, a
+wrong signature or a stale example fails here.
 """
 
 from __future__ import annotations
@@ -16,21 +18,30 @@ from pathlib import Path
 
 import pytest
 
+from hyde_lc import models
 from tests.fakes import SAMPLE_PDF
 
+pytestmark = pytest.mark.integration
+
 README = Path(__file__).resolve().parents[2] / "README.md"
-BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+BLOCK = re.compile(r"^(?:<!--[^>]*tested: (\S+) -->\n)?```python\n(.*?)^```", re.S | re.M)
+ROOT = README.parents[0]
 SMALL_MODEL = "local:smollm2-135m"
 
 
-def python_blocks() -> list[tuple[int, str]]:
-    """Each block with the README line it starts on."""
+def python_blocks() -> list[tuple[int, str, str | None]]:
+    """Each block: the README line it starts on, its code, the test of its own if any."""
     text = README.read_text("utf-8")
-    return [(text[: m.start()].count("\n") + 1, m.group(1)) for m in BLOCK.finditer(text)]
+    return [
+        (text[: m.start()].count("\n") + 1, m.group(2), m.group(1)) for m in BLOCK.finditer(text)
+    ]
 
 
-def test_the_readme_has_python_examples():
-    assert len(python_blocks()) >= 4
+def test_the_readme_has_python_examples_and_their_own_tests_exist():
+    blocks = python_blocks()
+    assert len(blocks) >= 6
+    for line, _, own_test in blocks:
+        assert own_test is None or (ROOT / own_test).is_file(), f"README.md:{line}: {own_test}"
 
 
 def test_every_python_example_in_the_readme_runs(tmp_path, monkeypatch):
@@ -40,13 +51,15 @@ def test_every_python_example_in_the_readme_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HYDE_LC_HYPOTHESIS_LLM", SMALL_MODEL)
     monkeypatch.setenv("HYDE_LC_ANSWER_LLM", SMALL_MODEL)
+    monkeypatch.setitem(models.ROLE_MAX_TOKENS, "answer", 48)  # short texts: a faster test
+    monkeypatch.setitem(models.ROLE_MAX_TOKENS, "hypothesis", 32)
     namespace: dict = {"__name__": "readme"}
-    for line, source in python_blocks():
-        code = compile(
-            source, f"README.md:{line}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
-        )
+    for line, source, own_test in python_blocks():
+        if own_test is not None:
+            continue
+        code = compile(source, f"README.md:{line}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
         try:
-            outcome = eval(code, namespace)  # noqa: S307  (our own README)
+            outcome = eval(code, namespace)  # our own README, as a user runs it
             if asyncio.iscoroutine(outcome):
                 asyncio.run(outcome)
         except Exception as exc:  # name the block: the traceback's file is README.md:<line>

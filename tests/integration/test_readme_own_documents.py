@@ -4,12 +4,16 @@ import os
 import re
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+import pytest
+
+pytestmark = pytest.mark.integration
+
+README = Path(__file__).resolve().parents[2] / "README.md"  # tests/integration/..
 
 
 def recipe() -> str:
     text = README.read_text(encoding="utf-8")
-    found = re.search(r"<!-- readme-own-documents -->\n```python\n(.*?)```", text, re.S)
+    found = re.search(r"<!-- readme-own-documents[^>]*-->\n```python\n(.*?)```", text, re.S)
     assert found, "the README's own-documents recipe is missing"
     return found.group(1)
 
