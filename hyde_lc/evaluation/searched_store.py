@@ -53,6 +53,7 @@ def _ingest_hint(store: Any) -> str:
     flags = f" --chroma-url {where}" if server else f" --store {where}"
     if where == UNKNOWN_CHROMA:
         flags = ""
+    if collection:
         flags += f" --collection {collection}"
     return (
         f"ingest documents into it first (`hyde-lc ingest PATH...{flags}`, or "
