@@ -55,14 +55,20 @@ DEFAULT_FEEDBACK_TERM_WEIGHT = 0.5
 """The expansion terms' share of the BM25 query's weight (Anserini's RM3: 0.5)."""
 
 
-def check_feedback(
-    mode: Any, docs: Any, vector_weight: Any, terms: Any, term_weight: Any
-) -> FeedbackMode:
-    """The feedback settings, checked; `InvalidSettingError` saying what to pass."""
+def check_feedback_mode(mode: Any) -> Any:
+    """``mode`` if it is a feedback mode, else `InvalidSettingError` naming them."""
     if mode not in FEEDBACK_MODES:
         raise InvalidSettingError(
             f"unknown feedback {mode!r}: choose one of {', '.join(FEEDBACK_MODES)}"
         )
+    return mode
+
+
+def check_feedback(
+    mode: Any, docs: Any, vector_weight: Any, terms: Any, term_weight: Any
+) -> FeedbackMode:
+    """The feedback settings, checked; `InvalidSettingError` saying what to pass."""
+    check_feedback_mode(mode)
     for name, value in (("feedback_docs", docs), ("feedback_terms", terms)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidSettingError(f"{name} must be a whole number of at least 1, got {value!r}")

@@ -91,6 +91,7 @@ from hyde_lc.feedback import (
     Feedback,
     FeedbackMode,
     check_feedback,
+    check_feedback_mode,
     chunk_vectors,
     cosine,
     expand_query,
@@ -485,6 +486,11 @@ class HyDERetriever(DetailedRetriever):
     @classmethod
     def _check_hybrid_fusion(cls, value: str) -> str:
         return check_hybrid_fusion(value)
+
+    @field_validator("feedback", mode="before")
+    @classmethod
+    def _check_feedback_mode(cls, value: Any) -> Any:
+        return check_feedback_mode(value)
 
     @field_validator("prompt")
     @classmethod
