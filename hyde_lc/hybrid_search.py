@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import contextvars
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -126,14 +127,28 @@ class HybridSearch:
         """The lexical search in force (None: dense only, also under MMR)."""
         return self.lexical if self.search_type == "similarity" else None
 
+    def lexical_weights(self, query: str, hypotheses: Sequence[str]) -> Counter[str]:
+        """The BM25 query's term weights: the question repeated, plus the hypotheses."""
+        return lexical_query(query, list(hypotheses), self.lexical_query_repeats)
+
     def start_lexical(
-        self, query: str, hypotheses: Sequence[str], k: int
+        self,
+        query: str,
+        hypotheses: Sequence[str],
+        k: int,
+        *,
+        weights: Counter[str] | None = None,
     ) -> Future[list[tuple[str, float]]] | None:
-        """Start the lexical search in the background (None: dense only)."""
+        """Start the lexical search in the background (None: dense only).
+
+        ``weights`` replaces the query's own term weights (`lexical_weights`), e.g. with
+        feedback's expansion terms added (`hyde_lc.feedback.expand_query`).
+        """
         lexical = self.lexical_side
         if lexical is None:
             return None
-        weights = lexical_query(query, list(hypotheses), self.lexical_query_repeats)
+        if weights is None:
+            weights = self.lexical_weights(query, hypotheses)
         where = self.search_kwargs.get("filter")
         return in_background(lexical.search, weights, max(k, self.candidates), where)
 

@@ -10,6 +10,10 @@ The pipeline, one public step per line, in three files::
              --search-->           dense hits (vector store) + lexical hits (BM25, fed the
                                    question and the passages), fused into one ranking
                                    (`hyde_lc.hybrid_search.HybridSearch`)
+             --feedback-->         optional (``feedback=...``): the first ranking's best
+                                   chunks move the search vector (Rocchio) and/or add
+                                   terms to the BM25 query (RM3), and the search runs
+                                   again (`hyde_lc.feedback`; no LLM)
 
 This module composes the two: each step can be called on its own (`write_hypotheses`,
 `embed`, `fuse`, `search`), and `retrieve_with_details` runs them all and returns what
@@ -79,12 +83,30 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator, model_
 
 from hyde_lc.chunks import RetrievedChunk
 from hyde_lc.errors import InvalidQueryError, InvalidSettingError
+from hyde_lc.feedback import (
+    DEFAULT_FEEDBACK_DOCS,
+    DEFAULT_FEEDBACK_TERM_WEIGHT,
+    DEFAULT_FEEDBACK_TERMS,
+    DEFAULT_FEEDBACK_VECTOR_WEIGHT,
+    Feedback,
+    FeedbackMode,
+    check_feedback,
+    check_feedback_mode,
+    chunk_vectors,
+    cosine,
+    expand_query,
+    expansion_terms,
+    feedback_needs_vectors,
+    returns_vectors,
+    rocchio,
+)
 from hyde_lc.hybrid_search import (
     DEFAULT_DENSE_WEIGHT,
     HYBRID_CANDIDATES,
     HybridFusion,
     HybridSearch,
     check_hybrid_fusion,
+    chunk_key,
     in_background,
     settled,
 )
@@ -195,6 +217,10 @@ class HyDEResult:
     """Whether a lexical (BM25) list took part in the ranking."""
     rounds: int = 1
     """Searches behind the documents (neighbour expansion may search again, deeper)."""
+    feedback: Feedback | None = None
+    """What pseudo-relevance feedback did (``feedback=...``): the chunks fed back, the
+    expansion terms, the first ranking; None when it is off. ``search_vectors`` are then
+    the moved vectors."""
 
 
 # -- the base: a retriever whose runs also return their details --------------------------
@@ -412,6 +438,20 @@ class HyDERetriever(DetailedRetriever):
     """The question's weight against each hypothesis in the lexical query."""
     hybrid_candidates: int = HYBRID_CANDIDATES
     """Candidates taken from each list before the hybrid fusion."""
+    feedback: FeedbackMode = "off"
+    """Pseudo-relevance feedback (`hyde_lc.feedback`, no LLM): the ``feedback_docs`` best
+    chunks of a first search refine a second one. ``dense`` moves the search vector toward
+    their stored vectors' mean (Rocchio; needs a store that returns vectors: Chroma,
+    ``InMemoryVectorStore``), ``lexical`` adds their most frequent terms to the BM25 query
+    (RM3; needs the lexical side), ``both`` does both, ``off`` searches once."""
+    feedback_docs: int = DEFAULT_FEEDBACK_DOCS
+    """Chunks of the first ranking fed back (at least 1)."""
+    feedback_vector_weight: float = DEFAULT_FEEDBACK_VECTOR_WEIGHT
+    """Rocchio's beta, in [0, 1): the feedback mean's share of the moved search vector."""
+    feedback_terms: int = DEFAULT_FEEDBACK_TERMS
+    """Expansion terms added to the BM25 query (at least 1)."""
+    feedback_term_weight: float = DEFAULT_FEEDBACK_TERM_WEIGHT
+    """The expansion terms' share of the BM25 query's weight, in [0, 1)."""
 
     _lexical_search: Any = None
     _lexical_resolved: bool = False
@@ -446,6 +486,11 @@ class HyDERetriever(DetailedRetriever):
     @classmethod
     def _check_hybrid_fusion(cls, value: str) -> str:
         return check_hybrid_fusion(value)
+
+    @field_validator("feedback", mode="before")
+    @classmethod
+    def _check_feedback_mode(cls, value: Any) -> Any:
+        return check_feedback_mode(value)
 
     @field_validator("prompt")
     @classmethod
@@ -486,8 +531,30 @@ class HyDERetriever(DetailedRetriever):
             )
         self.hyde_transform  # noqa: B018  (the units check the rest: n, weights, candidates)
         self._search_unit(None)
+        self._check_feedback()
         check_embeddings(self.vectorstore, self.embedding_model)
         return self
+
+    def _check_feedback(self) -> None:
+        """The feedback settings, and that the store and the lexical side can serve them."""
+        mode = check_feedback(
+            self.feedback,
+            self.feedback_docs,
+            self.feedback_vector_weight,
+            self.feedback_terms,
+            self.feedback_term_weight,
+        )
+        if mode in ("dense", "both") and not returns_vectors(self.vectorstore):
+            raise InvalidSettingError(feedback_needs_vectors(self.vectorstore))
+        if mode in ("lexical", "both") and (
+            self.lexical == "off" or self.search_type != "similarity" or not self.lexical_search
+        ):
+            raise InvalidSettingError(
+                f"feedback={mode!r} adds terms to the lexical (BM25) query, and this retriever "
+                "has no lexical side (lexical='off', search_type='mmr', or a store without a "
+                "BM25 index): use feedback='dense', or give it a lexical side "
+                "(lexical=LexicalSearch.from_store(store))"
+            )
 
     # -- the two units, made of the fields ---------------------------------------------
 
@@ -628,7 +695,58 @@ class HyDERetriever(DetailedRetriever):
         """Check the call's query, k and settings before any model runs; cut a long query."""
         k = valid_k(kwargs.get("k", self.k))
         query, note = clip_query(query, self.max_query_chars)
+        self._check_feedback()
         return query, note, k, self.hyde_transform, self.hybrid_search
+
+    def _first_depth(self, k: int) -> int:
+        """How many chunks the first search returns: ``k``, or enough to feed back."""
+        return k if self.feedback == "off" else max(k, self.feedback_docs)
+
+    def feed_back(
+        self,
+        search: HybridSearch,
+        fused: Fused,
+        first: list[Document],
+        k: int,
+        lexical_hits: Any = None,
+        *,
+        query: str = "",
+        hypotheses: list[str] | tuple[str, ...] = (),
+    ) -> tuple[list[Document], Fused, Feedback | None]:
+        """Step 5 (``feedback`` on): search again, refined by the first ranking's best chunks.
+
+        ``first`` is the first search's ranking for ``fused`` and the lexical query of
+        ``query`` + ``hypotheses``; ``lexical_hits`` that search's lexical hits, reused
+        when the lexical side is not expanded. Returns the ``k`` documents, the vector(s)
+        searched and what the feedback did (`hyde_lc.feedback.Feedback`); with
+        ``feedback="off"``, ``first`` cut to ``k`` as it is.
+        """
+        if self.feedback == "off":
+            return first[:k], fused, None
+        top = first[: self.feedback_docs]
+        ids = [chunk_key(d) for d in top]
+        details = Feedback(self.feedback, ids, first_ranking=[chunk_key(d) for d in first])
+        moved = fused
+        if self.feedback in ("dense", "both"):
+            vectors = chunk_vectors(self.vectorstore, ids)
+            beta = self.feedback_vector_weight
+            moved = Fused(
+                [rocchio(v, vectors, beta) for v in fused.vectors],
+                fused.weights,
+                fused.dropped,
+                fused.kept,
+            )
+            details.vector_shift = cosine(fused.vectors[0], moved.vectors[0])
+        if self.feedback in ("lexical", "both"):
+            expansion = expansion_terms([d.page_content for d in top], self.feedback_terms)
+            details.expansion = dict(expansion)
+            weights = expand_query(
+                search.lexical_weights(query, hypotheses), expansion, self.feedback_term_weight
+            )
+            lexical_hits = search.start_lexical(query, hypotheses, k, weights=weights)
+        elif lexical_hits is None:
+            lexical_hits = search.start_lexical(query, hypotheses, k)
+        return search.search(moved, k, lexical_hits), moved, details
 
     def _retrieve(
         self, query: str, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
@@ -661,9 +779,18 @@ class HyDERetriever(DetailedRetriever):
         start = time.perf_counter()
         if transform.writes and not _lexical_before_embedding(transform):
             lexical = search.start_lexical(query, fused.kept_texts(written.texts), k)
-        docs = search.search(fused, k, lexical)
+        docs = search.search(fused, self._first_depth(k), lexical)
         timings["search_s"] = time.perf_counter() - start
-        return self._result(transform, search, query, note, written, embedded, fused, docs, timings)
+        start = time.perf_counter()
+        docs, searched, feedback = self.feed_back(
+            search, fused, docs, k, lexical, query=query, hypotheses=fused.kept_texts(written.texts)
+        )
+        if feedback is not None:
+            timings["feedback_s"] = time.perf_counter() - start
+        result = self._result(
+            transform, search, query, note, written, embedded, fused, docs, timings
+        )
+        return _with_feedback(result, searched, feedback)
 
     async def _aretrieve(
         self, query: str, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
@@ -707,9 +834,24 @@ class HyDERetriever(DetailedRetriever):
         start = time.perf_counter()
         if transform.writes and not _lexical_before_embedding(transform):
             lexical = search.start_lexical(query, fused.kept_texts(written.texts), k)
-        docs = await run_in_executor(None, search.search, fused, k, lexical)
+        docs = await run_in_executor(None, search.search, fused, self._first_depth(k), lexical)
         timings["search_s"] = time.perf_counter() - start
-        return self._result(transform, search, query, note, written, embedded, fused, docs, timings)
+        if self.feedback != "off":
+            start = time.perf_counter()
+            kept = fused.kept_texts(written.texts)
+            docs, searched, feedback = await run_in_executor(
+                None,
+                lambda: self.feed_back(
+                    search, fused, docs, k, lexical, query=query, hypotheses=kept
+                ),
+            )
+            timings["feedback_s"] = time.perf_counter() - start
+        else:
+            searched, feedback = fused, None
+        result = self._result(
+            transform, search, query, note, written, embedded, fused, docs, timings
+        )
+        return _with_feedback(result, searched, feedback)
 
     @staticmethod
     def _child(run_manager: Any, tag: str) -> RunnableConfig:
@@ -754,6 +896,14 @@ class HyDERetriever(DetailedRetriever):
         return result
 
 
+def _with_feedback(result: HyDEResult, searched: Fused, feedback: Feedback | None) -> HyDEResult:
+    """The result with what the feedback step did (nothing when it is off)."""
+    if feedback is not None:
+        result.feedback = feedback
+        result.search_vectors = searched.vectors
+    return result
+
+
 def _lexical_before_embedding(transform: HyDETransform) -> bool:
     """Whether the lexical query is known once the hypotheses are written.
 
@@ -779,7 +929,14 @@ _LABEL_FIELDS: tuple[tuple[str, str], ...] = (
     ("dense_weight", "dense"),
     ("hybrid_fusion", "hybrid-fusion"),
     ("lexical_query_repeats", "repeats"),
+    ("feedback", "feedback"),
+    ("feedback_docs", "fb-docs"),
+    ("feedback_vector_weight", "fb-beta"),
+    ("feedback_terms", "fb-terms"),
+    ("feedback_term_weight", "fb-term-weight"),
 )
+_DENSE_FEEDBACK = ("feedback_vector_weight",)
+_LEXICAL_FEEDBACK = ("feedback_terms", "feedback_term_weight")
 
 
 def configuration_label(retriever: HyDERetriever) -> str:
@@ -818,6 +975,12 @@ def configuration_label(retriever: HyDERetriever) -> str:
         ):
             continue
         if not hybrid and name in ("dense_weight", "hybrid_fusion", "lexical_query_repeats"):
+            continue
+        if name.startswith("feedback_") and (
+            retriever.feedback == "off"
+            or (name in _DENSE_FEEDBACK and retriever.feedback == "lexical")
+            or (name in _LEXICAL_FEEDBACK and retriever.feedback == "dense")
+        ):
             continue
         if name == "query_weight":
             if value is None and (retriever.fusion == "concat" or not retriever.include_query):

@@ -136,6 +136,10 @@ class ExactIndex(VectorStore):
         """The documents with these ids (unknown ids are skipped)."""
         return [self._document(self._position[i]) for i in ids if i in self._position]
 
+    def vectors_by_id(self, ids: Sequence[str]) -> list[np.ndarray | None]:
+        """The stored vectors of these ids (None for an unknown id): for dense feedback."""
+        return [self.matrix[self._position[i]] if i in self._position else None for i in ids]
+
     def add_texts(self, texts: Iterable[str], metadatas: Any = None, **kwargs: Any) -> list[str]:
         """Not supported: the index is built once from a corpus."""
         raise NotImplementedError("ExactIndex is read-only")
