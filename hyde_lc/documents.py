@@ -132,13 +132,23 @@ def check_regular_file(path: Path) -> None:
         )
 
 
-def find_files(paths: Iterable[str | Path]) -> Discovery:
+def find_files(paths: Iterable[str | Path], follow_links: bool = False) -> Discovery:
     """Expand files and folders (recursively) into the supported files, sorted.
 
     A path given by name must be a supported, regular, readable file or a folder
-    (`IngestError` otherwise). Inside folders, sub-folders that cannot be read and
+    (`IngestError` otherwise); a symbolic link given by name is followed, and its
+    *target* must be a supported file. Inside folders, sub-folders that cannot be read and
     supported names that are not regular files (pipes, devices, sockets, broken links)
-    or cannot be read are passed over and listed in ``skipped``.
+    or cannot be read are passed over and listed in ``skipped``. So are symbolic links
+    that lead out of the folder being ingested (``/etc/passwd`` behind ``notes.txt``),
+    unless ``follow_links`` is set, and links whose target is not a supported file
+    (the type is the target's, not the link's name).
+
+    Example:
+        >>> found = find_files(["corpus/"])  # doctest: +SKIP
+        >>> found.skipped[0].reason  # doctest: +SKIP
+        'skipped: it is a symbolic link to /etc/passwd, outside corpus ...'
+
     """
     found: list[Path] = []
     skipped: list[Skipped] = []
@@ -147,15 +157,23 @@ def find_files(paths: Iterable[str | Path]) -> Discovery:
         if not path.exists():
             raise IngestError(f"no such file or folder: {path}")
         if path.is_dir():
-            inside = _walk(path, skipped)
+            inside = _walk(path, skipped, follow_links)
             if not inside:
                 raise IngestError(
                     f"folder {path} contains no supported files ({', '.join(SUPPORTED_SUFFIXES)})"
                 )
             found.extend(inside)
-        elif path.suffix.lower() in SUPPORTED_SUFFIXES:
+            continue
+        target = path.resolve()
+        if target.suffix.lower() in SUPPORTED_SUFFIXES:
             check_regular_file(path)
             found.append(path)
+        elif path.is_symlink():
+            raise IngestError(
+                f"{path} is a symbolic link to {target}, which is not a supported file "
+                f"(type {target.suffix or '(none)'}); hyde_lc ingests "
+                f"{', '.join(SUPPORTED_SUFFIXES)} files, judged by the link's target"
+            )
         else:
             raise IngestError(
                 f"{path}: unsupported file type {path.suffix or '(none)'}; "
@@ -164,16 +182,64 @@ def find_files(paths: Iterable[str | Path]) -> Discovery:
     return Discovery(list(dict.fromkeys(p.resolve() for p in found)), skipped)
 
 
-def _walk(folder: Path, skipped: list[Skipped]) -> list[Path]:
-    """Supported regular files under ``folder`` (links to folders are not followed)."""
+FOLLOW_LINKS_HINT = "--follow-links, or follow_links=True, to ingest what they point to"
+"""How to ingest what links out of the ingested folder point to (said when they are skipped)."""
+
+
+def _link_problem(path: Path, root: Path, folder: Path, follow_links: bool) -> str | None:
+    """Why the symbolic link ``path`` (found under ``root``) is not ingested, or None."""
+    target = path.resolve()
+    if not follow_links and not target.is_relative_to(root):
+        return (
+            f"it is a symbolic link to {target}, outside {folder}; links out of the folder "
+            f"being ingested are not followed ({FOLLOW_LINKS_HINT})"
+        )
+    if target.suffix.lower() not in SUPPORTED_SUFFIXES:
+        return (
+            f"it is a symbolic link to {target}, which is not a supported file "
+            f"({', '.join(SUPPORTED_SUFFIXES)}; the type is the target's, not the link's name)"
+        )
+    return None
+
+
+def _walk(folder: Path, skipped: list[Skipped], follow_links: bool = False) -> list[Path]:
+    """Supported regular files under ``folder``.
+
+    Links that lead out of ``folder`` are passed over (and listed in ``skipped``) unless
+    ``follow_links``; with it, links to folders are walked too, each folder once.
+    """
     errors: list[OSError] = []
     inside: list[Path] = []
-    for root, _, names in os.walk(folder, onerror=errors.append):
-        for name in names:
-            path = Path(root) / name
-            if path.suffix.lower() not in SUPPORTED_SUFFIXES:
+    root = folder.resolve()
+    seen = {root}
+    for top, dirs, names in os.walk(folder, onerror=errors.append, followlinks=follow_links):
+        for name in list(dirs):
+            sub = Path(top) / name
+            if not sub.is_symlink():
                 continue
-            why = _not_regular(path)
+            target = sub.resolve()
+            if follow_links:
+                if target in seen or root.is_relative_to(target):
+                    dirs.remove(name)  # a loop, or a folder already walked
+                seen.add(target)
+            elif not target.is_relative_to(root):
+                skipped.append(
+                    Skipped(
+                        str(sub),
+                        f"folder skipped: it is a symbolic link to {target}, outside {folder}; "
+                        f"links out of the folder being ingested are not followed "
+                        f"({FOLLOW_LINKS_HINT})",
+                    )
+                )
+        for name in names:
+            path = Path(top) / name
+            link = path.is_symlink()
+            named = path.suffix.lower() in SUPPORTED_SUFFIXES
+            if not named and not (link and path.resolve().suffix.lower() in SUPPORTED_SUFFIXES):
+                continue  # neither the name nor a link's target is a supported file
+            why = _not_regular(path)  # follows a link: a broken one cannot be read
+            if why is None and link:
+                why = _link_problem(path, root, folder, follow_links)
             if why is None and not os.access(path, os.R_OK):
                 why = "cannot read it: permission denied"
             if why is None:
@@ -194,9 +260,9 @@ def _walk(folder: Path, skipped: list[Skipped]) -> list[Path]:
     return sorted(inside)
 
 
-def discover_files(paths: Iterable[str | Path]) -> list[Path]:
+def discover_files(paths: Iterable[str | Path], follow_links: bool = False) -> list[Path]:
     """The supported files in ``paths`` (see `find_files`, which also says what it passed over)."""
-    return find_files(paths).files
+    return find_files(paths, follow_links).files
 
 
 def check_file_size(path: Path, max_bytes: int | None = MAX_FILE_BYTES) -> None:

@@ -348,6 +348,7 @@ def ingest_paths(
     progress: bool = True,
     max_file_bytes: int | None = MAX_FILE_BYTES,
     max_write: int | None = None,
+    follow_links: bool = False,
 ) -> IngestReport:
     """Ingest files and folders into ``store`` (a collection opened by `open_store`).
 
@@ -356,7 +357,8 @@ def ingest_paths(
     untouched (and nothing created). Files with no text are reported with status
     ``empty`` and a note; what was passed over inside folders, with status ``skipped``.
     ``batch_size`` chunks are embedded per call; ``max_write`` chunks at most are
-    written per Chroma call (default: as many as Chroma takes).
+    written per Chroma call (default: as many as Chroma takes). Symbolic links that lead
+    out of a folder being ingested are skipped unless ``follow_links`` (`find_files`).
 
     ``chunk_size``/``chunk_overlap`` (characters) left as None follow each document's
     script and the collection's embedding model (`resolve_chunking`). When that model
@@ -371,7 +373,7 @@ def ingest_paths(
     check_embeddings(store, embeddings)
     model = embedding_model_id(embeddings)
     resolve_chunking("latin", model, chunk_size, chunk_overlap)  # bad settings fail first
-    found = find_files(paths)
+    found = find_files(paths, follow_links)
     for path in found.files:  # all sizes first: a huge last file fails before any reading
         check_file_size(path, max_file_bytes)
     sources: list[tuple[TextSource, int]] = []

@@ -89,7 +89,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         )
     max_bytes = MAX_FILE_BYTES if args.max_file_mb is None else int(args.max_file_mb * 2**20)
     # Paths are checked before the store is opened: a typo creates no store.
-    for path in discover_files(paths):
+    for path in discover_files(paths, args.follow_links):
         check_file_size(path, max_bytes)
     chosen = sample_embeddings(args)
     if chosen is not None:
@@ -110,6 +110,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             chunk_overlap=args.chunk_overlap,
             progress=not args.json,
             max_file_bytes=max_bytes,
+            follow_links=args.follow_links,
         )
     elapsed = time.perf_counter() - start
     chunks = visible_count(store)
@@ -177,7 +178,8 @@ def add_commands(sub: Any) -> None:
         "mostly in another script gets a warning naming the command for a multilingual "
         "collection (--embeddings local:multilingual-e5-small). Exits 1 after ingesting the "
         "rest when a file had no text to index (a scanned PDF: run OCR first) or something "
-        "inside a folder was passed over (unreadable, not a regular file).",
+        "inside a folder was passed over (unreadable, not a regular file, a symbolic link "
+        "leading out of the folder).",
     )
     ingest.add_argument("paths", nargs="*", help="files or folders (folders recurse)")
     ingest.add_argument(
@@ -206,6 +208,12 @@ def add_commands(sub: Any) -> None:
         "--max-file-mb",
         type=positive_float,
         help="refuse files larger than this many MB (default: 512)",
+    )
+    ingest.add_argument(
+        "--follow-links",
+        action="store_true",
+        help="also ingest what symbolic links inside the folders point to when it lies "
+        "outside them (by default such links are skipped and listed)",
     )
     ingest.add_argument("--json", action="store_true", help="print one JSON record")
     add_store_options(ingest)

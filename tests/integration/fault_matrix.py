@@ -303,6 +303,20 @@ def unreadable_subfolder(ctx: Context) -> None:
 
 
 @setup
+def link_out_corpus(ctx: Context) -> None:
+    """corpus/ with a document, and links named .txt to a secret and a document outside it."""
+    secret, corpus = ctx.tmp / "secret", ctx.tmp / "corpus"
+    secret.mkdir()
+    corpus.mkdir()
+    (secret / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n" * 5)
+    (secret / "notes.txt").write_text((ctx.session.files / "good.txt").read_text())
+    (corpus / "own.txt").write_text("The lamp room was painted white each spring. " * 20)
+    (corpus / "passwd.txt").symlink_to(secret / "passwd")
+    (corpus / "notes.txt").symlink_to(secret / "notes.txt")
+    ctx.values["corpus"] = str(corpus)
+
+
+@setup
 def readonly_store(ctx: Context) -> None:
     """A copy of the sample store with every file and folder read-only."""
     scratch_store(ctx)
