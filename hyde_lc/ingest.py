@@ -65,11 +65,13 @@ from langchain_text_splitters import RecursiveCharacterTextSplitter
 from tqdm.auto import tqdm
 
 from hyde_lc.documents import (
+    DEFAULT_LIMITS,
     MAX_FILE_BYTES,
     MIN_PAGE_CHARS,
     PAGE_SEPARATOR,
     SEGMENT_CHARS,
     SUPPORTED_SUFFIXES,
+    InputLimits,
     LoadedDocument,
     Skipped,
     TextSource,
@@ -115,6 +117,7 @@ __all__ = [
     "Chunk",
     "FileResult",
     "IngestReport",
+    "InputLimits",
     "LoadedDocument",
     "check_file_size",
     "chunk_id",
@@ -349,6 +352,7 @@ def ingest_paths(
     max_file_bytes: int | None = MAX_FILE_BYTES,
     max_write: int | None = None,
     follow_links: bool = False,
+    limits: InputLimits = DEFAULT_LIMITS,
 ) -> IngestReport:
     """Ingest files and folders into ``store`` (a collection opened by `open_store`).
 
@@ -359,6 +363,8 @@ def ingest_paths(
     ``batch_size`` chunks are embedded per call; ``max_write`` chunks at most are
     written per Chroma call (default: as many as Chroma takes). Symbolic links that lead
     out of a folder being ingested are skipped unless ``follow_links`` (`find_files`).
+    A file beyond ``limits`` (`InputLimits`: a PDF's inflated content and text, the
+    chunks of any file) fails the call before anything is written.
 
     ``chunk_size``/``chunk_overlap`` (characters) left as None follow each document's
     script and the collection's embedding model (`resolve_chunking`). When that model
@@ -379,10 +385,11 @@ def ingest_paths(
     sources: list[tuple[TextSource, int]] = []
     budget = _KEEP_CHARS
     for path in found.files:
-        source = scan_file(path, max_file_bytes, keep_up_to=budget)
+        source = scan_file(path, max_file_bytes, keep_up_to=budget, limits=limits)
         budget -= len(source.text or "")
         size, overlap = resolve_chunking(source.script, model, chunk_size, chunk_overlap)
         count = count_chunks(source.segments(), size, overlap, source.script)
+        limits.check_chunks(source.path, count)
         sources.append((source, count))
     skipped = [_skipped(item) for item in found.skipped]
     warnings = _language_warnings(store, model, [s for s, count in sources if count])

@@ -146,6 +146,8 @@ def make_files(folder: Path) -> None:
     """Bad (and a few good) input files, made once and only read by the cases."""
     from pypdf import PdfWriter
 
+    from tests.hostile_pdfs import content_pdf, zip_bomb_pdf
+
     folder.mkdir(parents=True)
     sample = SAMPLE_PDF.read_bytes()
     text = "The keeper trimmed the wick and wound the clockwork every night. " * 20
@@ -177,6 +179,9 @@ def make_files(folder: Path) -> None:
     (folder / "mixed" / "photo.txt").write_bytes((folder / "photo.txt").read_bytes())
     (folder / "hostile").mkdir()
     (folder / "hostile" / HOSTILE_NAME).write_text(text)
+    content_pdf(folder / "shared-stream.pdf", 1_000_000, pages=100)  # 20 KB -> 100 MB to parse
+    content_pdf(folder / "dense-page.pdf", 5_000_000)  # one page, 5 MB of content
+    zip_bomb_pdf(folder / "bomb.pdf")  # 80 KB -> 80 MB of one stream
     (folder / "questions.jsonl").write_text(
         '{"question": "Who designed the Pharos of Alexandria?"}\n'
         '{"question": "How did the Fresnel lens change lighthouses?"}\n'

@@ -1,4 +1,4 @@
-"""Untrusted input: symbolic links out of the ingested folder."""
+"""Untrusted input: symbolic links out of the ingested folder, PDFs that inflate."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from hyde_lc.documents import find_files
+from hyde_lc.documents import DEFAULT_LIMITS, InputLimits, find_files, load_document, scan_file
 from hyde_lc.errors import IngestError
 from hyde_lc.ingest import ingest_paths
 from hyde_lc.store import iter_metadatas, open_store
 from tests.fakes import long_text
+from tests.hostile_pdfs import content_pdf, zip_bomb_pdf
 
 # -- symbolic links -------------------------------------------------------------------------
 
@@ -86,3 +87,74 @@ def test_ingest_never_stores_the_target_of_a_link_out_of_the_folder(
     }
     sources = {meta["source"] for _, meta in iter_metadatas(store)}
     assert sources == {str((corpus / "own.txt").resolve())}
+
+
+# -- PDFs that cost far more to read than their size ------------------------------------------
+
+
+def test_pages_sharing_one_huge_stream_are_refused_before_any_parsing(tmp_path):
+    # 20 KB on disk; 100 pages each parse the same 1 MB stream (minutes of pypdf before).
+    pdf = content_pdf(tmp_path / "shared.pdf", 1_000_000, pages=100)
+    assert pdf.stat().st_size < 50_000
+    with pytest.raises(IngestError) as refused:
+        scan_file(pdf)
+    message = str(refused.value)
+    assert "above the limit of 64.0 MB per file" in message
+    assert "--max-pdf-mb" in message and "InputLimits(max_pdf_bytes=" in message
+
+
+def test_one_page_of_inflated_content_is_refused_naming_the_page_limit(tmp_path):
+    pdf = content_pdf(tmp_path / "page.pdf", 5_000_000)
+    assert pdf.stat().st_size < 50_000
+    with pytest.raises(IngestError, match=r"page 1 draws its text from 4\.8 MB .* per page"):
+        scan_file(pdf)
+    with pytest.raises(IngestError, match="--max-pdf-page-mb"):
+        load_document(pdf)
+
+
+def test_a_page_yielding_too_much_text_is_refused_and_the_limit_can_be_raised(tmp_path):
+    pdf = content_pdf(tmp_path / "wordy.pdf", 20_000)  # one page, about 11,000 characters
+    with pytest.raises(IngestError, match=r"page 1 yields [\d,]+ characters .* --max-page-chars"):
+        scan_file(pdf, limits=InputLimits(max_page_chars=5_000))
+    with pytest.raises(IngestError, match=r"above the limit of 5,000 per PDF.*--max-pdf-chars"):
+        scan_file(pdf, limits=InputLimits(max_pdf_chars=5_000))
+    assert scan_file(pdf, keep_up_to=1e9).length > 5_000  # within the defaults
+
+
+def test_a_decompression_bomb_is_named_as_such_not_as_a_damaged_download(tmp_path):
+    pdf = zip_bomb_pdf(tmp_path / "bomb.pdf")
+    assert pdf.stat().st_size < 100_000
+    with pytest.raises(IngestError) as refused:
+        scan_file(pdf)
+    assert "decompression bomb" in str(refused.value)
+    assert "damaged or truncated" not in str(refused.value)
+
+
+def test_a_file_making_too_many_chunks_fails_the_ingest_before_any_write(tmp_path, fake_embeddings):
+    (tmp_path / "long.txt").write_text(long_text(40, "long"))
+    store = open_store(tmp_path / "store", embeddings=fake_embeddings)
+    with pytest.raises(IngestError, match=r"chunks per file.*--max-chunks-per-file"):
+        ingest_paths(
+            [tmp_path / "long.txt"],
+            store,
+            chunk_size=100,
+            chunk_overlap=0,
+            progress=False,
+            limits=InputLimits(max_chunks=10),
+        )
+    assert not (tmp_path / "store").exists()
+
+
+def test_the_cli_help_states_the_library_defaults():
+    from hyde_lc.cli import build_parser
+    from hyde_lc.cli.collection import input_limits
+
+    args = build_parser().parse_args(["ingest", "x"])
+    assert input_limits(args) == DEFAULT_LIMITS
+    parser = build_parser()._subparsers._group_actions[0].choices["ingest"]  # type: ignore[union-attr]
+    help_text = " ".join(parser.format_help().split())
+    assert f"(default: {DEFAULT_LIMITS.max_pdf_page_bytes // 2**20})" in help_text
+    assert f"(default: {DEFAULT_LIMITS.max_pdf_bytes // 2**20})" in help_text
+    for value in (DEFAULT_LIMITS.max_page_chars, DEFAULT_LIMITS.max_pdf_chars):
+        assert f"(default: {value})" in help_text
+    assert f"(default: {DEFAULT_LIMITS.max_chunks})" in help_text
