@@ -322,6 +322,26 @@ def link_out_corpus(ctx: Context) -> None:
 
 
 @setup
+def damaged_cached_gguf(ctx: Context) -> None:
+    """A cached Qwen 0.5B GGUF of the right size and magic whose bytes are damaged.
+
+    Sparse (no disk space taken): zeros after the magic, as a file damaged in place.
+    """
+    from hyde_lc.weights import LOCAL_LLM_WEIGHTS
+
+    weights = LOCAL_LLM_WEIGHTS["qwen2.5-coder-0.5b"]
+    cache = ctx.tmp / "cache"
+    target = cache / "models" / weights.filename
+    target.parent.mkdir(parents=True)
+    with target.open("wb") as fh:
+        fh.write(b"GGUF")
+        fh.truncate(weights.size)  # type: ignore[union-attr]
+    ctx.values["cache"] = str(cache)
+    ctx.values["gguf"] = str(target)
+    ctx.env["HYDE_LC_CACHE_DIR"] = str(cache)
+
+
+@setup
 def readonly_store(ctx: Context) -> None:
     """A copy of the sample store with every file and folder read-only."""
     scratch_store(ctx)
