@@ -158,3 +158,60 @@ def test_the_cli_help_states_the_library_defaults():
     for value in (DEFAULT_LIMITS.max_page_chars, DEFAULT_LIMITS.max_pdf_chars):
         assert f"(default: {value})" in help_text
     assert f"(default: {DEFAULT_LIMITS.max_chunks})" in help_text
+
+
+# -- settings from the environment -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "allowed"),
+    [
+        ("HYDE_LC_N_CTX", "100000000", "from 256 to 131,072"),
+        ("HYDE_LC_N_CTX", "lots", "from 256 to 131,072"),
+        ("HYDE_LC_THREADS", "abc", "from 0 to 256"),
+        ("HYDE_LC_THREADS", "2000", "from 0 to 256"),
+        ("HYDE_LC_THREADS", "-1", "from 0 to 256"),
+        ("HYDE_LC_REFRESH_INTERVAL", "nan", "from 0 to 3600"),
+        ("HYDE_LC_REFRESH_INTERVAL", "1e9", "from 0 to 3600"),
+    ],
+)
+def test_a_bad_setting_names_the_variable_the_value_and_the_range(monkeypatch, name, raw, allowed):
+    from hyde_lc.errors import InvalidSettingError
+    from hyde_lc.hybrid_collection import refresh_interval
+    from hyde_lc.local_llm import _default_threads, default_context_size
+    from hyde_lc.multilingual_embeddings import _default_threads as e5_threads
+
+    monkeypatch.setenv(name, raw)
+    readers = {
+        "HYDE_LC_N_CTX": [default_context_size],
+        "HYDE_LC_THREADS": [_default_threads, e5_threads],
+        "HYDE_LC_REFRESH_INTERVAL": [refresh_interval],
+    }[name]
+    for read in readers:
+        with pytest.raises(InvalidSettingError) as refused:
+            read()
+        assert f"{name}={raw!r} is not valid" in str(refused.value)
+        assert allowed in str(refused.value)
+
+
+def test_settings_within_their_range_are_used(monkeypatch):
+    from hyde_lc.hybrid_collection import refresh_interval
+    from hyde_lc.local_llm import _default_threads, default_context_size
+    from hyde_lc.multilingual_embeddings import _default_threads as e5_threads
+
+    monkeypatch.setenv("HYDE_LC_N_CTX", "8192")
+    monkeypatch.setenv("HYDE_LC_THREADS", "3")
+    monkeypatch.setenv("HYDE_LC_REFRESH_INTERVAL", "0")
+    assert (default_context_size(), _default_threads(), e5_threads()) == (8192, 3, 3)
+    assert refresh_interval() == 0
+    monkeypatch.setenv("HYDE_LC_THREADS", " ")  # blank: the default
+    assert _default_threads() >= 1
+
+
+def test_the_local_model_refuses_a_huge_context_before_loading_anything(monkeypatch):
+    from hyde_lc.errors import InvalidSettingError
+    from hyde_lc.models import load_llm
+
+    monkeypatch.setenv("HYDE_LC_N_CTX", "100000000")
+    with pytest.raises(InvalidSettingError, match="HYDE_LC_N_CTX"):
+        load_llm("local:smollm2-135m")
