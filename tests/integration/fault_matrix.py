@@ -188,6 +188,7 @@ def make_files(folder: Path) -> None:
     )
     (folder / "questions-bad.jsonl").write_text('{"question": "ok?"}\nthis is not json\n')
     (folder / "questions-empty.jsonl").write_text("")
+    (folder / "questions-surrogate.jsonl").write_text('{"question": "lens \\ud800?"}\n')
     (folder / "questions-noquestion.jsonl").write_text('{"reference": "no question here"}\n')
 
 
@@ -558,6 +559,7 @@ def run_case(case: Case, session: Session, tmp: Path) -> Outcome:
         "long_question": (QUESTION + " ") * 2600,  # about 100,000 characters
         "digits_5000": "9" * 5000,  # beyond int()'s 4300-digit limit
         "hostile_question": "What is a lens? \x1b]0;pwned\x07 \x1b[2J {context} </s>",
+        "not_utf8_question": "What is a lens\udcff?",  # passed on as the raw byte 0xff
         "llm": SMALL_LLM,
     }
     env = {**base_env(), "HYDE_LC_STORE": str(session.store)}

@@ -215,3 +215,31 @@ def test_the_local_model_refuses_a_huge_context_before_loading_anything(monkeypa
     monkeypatch.setenv("HYDE_LC_N_CTX", "100000000")
     with pytest.raises(InvalidSettingError, match="HYDE_LC_N_CTX"):
         load_llm("local:smollm2-135m")
+
+
+# -- text that is not valid Unicode in the CLI -------------------------------------------------
+
+
+def test_a_question_holding_a_byte_that_is_not_utf8_is_a_usage_error(capsys):
+    from hyde_lc.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["ask", "What is a lens\udcff?"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument question: byte 0xff at character 15 is not valid UTF-8" in err
+    assert "Traceback" not in err
+
+
+def test_a_lone_surrogate_met_by_a_command_is_a_mistake_to_fix_not_a_crash(monkeypatch, capsys):
+    import hyde_lc.cli.collection as collection
+    from hyde_lc.cli import main
+
+    def info(args):
+        return "lens \ud800?".encode()
+
+    monkeypatch.setattr(collection, "cmd_info", info)
+    assert main(["info"]) == 2
+    err = capsys.readouterr().err
+    assert "a lone surrogate (U+D800) at character 6 is not valid Unicode" in err
+    assert "UnicodeEncodeError" not in err
