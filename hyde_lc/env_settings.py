@@ -7,10 +7,8 @@ window of 100 million tokens would otherwise allocate tens of GB, and 2,000 thre
 abort the OpenMP runtime).
 
 Example:
-    >>> import os
-    >>> os.environ["HYDE_LC_EXAMPLE"] = "12"
-    >>> env_int("HYDE_LC_EXAMPLE", 4, low=1, high=64, what="threads")
-    12
+    >>> env_int("HYDE_LC_N_CTX", 4096, low=256, high=131_072, what="tokens")  # doctest: +SKIP
+    8192
 
 """
 
