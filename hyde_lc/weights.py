@@ -35,16 +35,36 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from hyde_lc.errors import ModelFileError, ModelNotInstalledError, WeightChecksumError
+from hyde_lc.errors import (
+    InvalidSettingError,
+    ModelFileError,
+    ModelNotInstalledError,
+    WeightChecksumError,
+)
 
 _CHUNK = 4 * 1024 * 1024
 
 
+CACHE_ENV = "HYDE_LC_CACHE_DIR"
+
+
 def cache_dir() -> Path:
-    """Where assembled weights live: ``$HYDE_LC_CACHE_DIR`` or ``~/.cache/hyde_lc``."""
-    env = os.environ.get("HYDE_LC_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
+    """Where assembled weights live: ``$HYDE_LC_CACHE_DIR`` or ``~/.cache/hyde_lc``.
+
+    Raises `InvalidSettingError` naming the variable when it points at a file (or below
+    one), where no folder can be made.
+    """
+    env = os.environ.get(CACHE_ENV)
+    if env and env.strip():
+        path = Path(env).expanduser()
+        existing = next((p for p in (path, *path.parents) if p.exists()), None)
+        if existing is not None and not existing.is_dir():
+            raise InvalidSettingError(
+                f"{CACHE_ENV}={env!r} cannot be a folder: {existing} is a file. Point "
+                f"{CACHE_ENV} at a folder (created if missing), or unset it for "
+                "~/.cache/hyde_lc"
+            )
+        return path
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "hyde_lc"
 

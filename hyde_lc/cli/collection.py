@@ -107,6 +107,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     )
     from hyde_lc.samples import sample_files
     from hyde_lc.store import visible_count
+    from hyde_lc.weights import cache_dir
 
     paths = [*args.paths, *(sample_files(args.sample) if args.sample else [])]
     if not paths:
@@ -120,6 +121,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     # Paths are checked before the store is opened: a typo creates no store.
     for path in discover_files(paths, args.follow_links):
         check_file_size(path, max_bytes)
+    cache_dir()  # a HYDE_LC_CACHE_DIR that cannot be a folder is named before any work
     chosen = sample_embeddings(args)
     if chosen is not None:
         args.embeddings = chosen

@@ -134,12 +134,28 @@ def test_a_file_with_nothing_to_check_against_is_used_as_it_is(tmp_path, cache, 
     assert hashes == []
 
 
-def test_an_unwritable_cache_only_costs_a_hash_per_call(tmp_path, monkeypatch, hashes):
-    (tmp_path / "file").write_text("not a folder")
-    monkeypatch.setenv("HYDE_LC_CACHE_DIR", str(tmp_path / "file"))
+def test_an_unwritable_cache_only_costs_a_hash_per_call(tmp_path, cache, hashes):
+    cache.mkdir()
+    (cache / "verified").write_text("not a folder: no record can be written")
     path = tmp_path / "x.gguf"
     path.write_bytes(WHOLE)
     expected = hashlib.sha256(WHOLE).hexdigest()
     verify_file(path, expected, "")
     verify_file(path, expected, "")
     assert hashes == [path, path]
+
+
+@pytest.mark.parametrize("below", ["", "sub"])
+def test_a_cache_variable_pointing_at_a_file_names_the_variable_and_the_fix(
+    tmp_path, monkeypatch, below
+):
+    from hyde_lc.errors import InvalidSettingError
+    from hyde_lc.weights import cache_dir
+
+    (tmp_path / "file").write_text("not a folder")
+    monkeypatch.setenv("HYDE_LC_CACHE_DIR", str(tmp_path / "file" / below))
+    with pytest.raises(InvalidSettingError) as refused:
+        cache_dir()
+    message = str(refused.value)
+    assert message.startswith("HYDE_LC_CACHE_DIR=") and f"{tmp_path / 'file'} is a file" in message
+    assert "Point HYDE_LC_CACHE_DIR at a folder" in message
