@@ -78,6 +78,54 @@ _KINDS = {
 }
 
 
+@dataclass(frozen=True)
+class InputLimits:
+    """What reading one file may cost at most, whatever the file claims.
+
+    A PDF's compressed streams can expand a thousandfold: a 60 KB file whose 200 pages
+    share one 8 MB content stream makes pypdf parse 1.6 GB (minutes), and a 20 KB page
+    can yield millions of characters. These bounds refuse such a file before anything is
+    written, with a message naming the limit and how to raise it. The defaults leave
+    ordinary documents far below them (a page of dense text draws from tens of KB of
+    content and holds about 5,000 characters).
+
+    Attributes:
+        max_pdf_page_bytes: inflated content one PDF page's text is read from (its
+            content streams and the forms it draws), in bytes (``--max-pdf-page-mb``).
+        max_pdf_bytes: the same summed over a PDF's pages; a stream shared by several
+            pages counts for each, since each page parses it again (``--max-pdf-mb``).
+        max_page_chars: characters of text one PDF page may yield (``--max-page-chars``).
+        max_pdf_chars: characters of text one PDF may yield (``--max-pdf-chars``).
+        max_chunks: chunks one file may make, any type (``--max-chunks-per-file``).
+
+    Example:
+        >>> limits = InputLimits(max_chunks=200_000)
+        >>> limits.max_page_chars
+        100000
+
+    """
+
+    max_pdf_page_bytes: int = 4 * 2**20
+    max_pdf_bytes: int = 64 * 2**20
+    max_page_chars: int = 100_000
+    max_pdf_chars: int = 10_000_000
+    max_chunks: int = 100_000
+
+    def check_chunks(self, path: str | Path, count: int) -> None:
+        """Refuse a file that makes more than `max_chunks` chunks (`IngestError`)."""
+        if count > self.max_chunks:
+            raise IngestError(
+                f"{path} would make {count:,} chunks, above the limit of {self.max_chunks:,} "
+                "chunks per file. Split the file, use larger chunks (--chunk-size), or raise "
+                "the limit if the file is genuine (--max-chunks-per-file, or "
+                "InputLimits(max_chunks=...))"
+            )
+
+
+DEFAULT_LIMITS = InputLimits()
+"""The bounds used when none are given (`InputLimits`)."""
+
+
 # -- which files ----------------------------------------------------------------------------
 
 
@@ -132,13 +180,23 @@ def check_regular_file(path: Path) -> None:
         )
 
 
-def find_files(paths: Iterable[str | Path]) -> Discovery:
+def find_files(paths: Iterable[str | Path], follow_links: bool = False) -> Discovery:
     """Expand files and folders (recursively) into the supported files, sorted.
 
     A path given by name must be a supported, regular, readable file or a folder
-    (`IngestError` otherwise). Inside folders, sub-folders that cannot be read and
+    (`IngestError` otherwise); a symbolic link given by name is followed, and its
+    *target* must be a supported file. Inside folders, sub-folders that cannot be read and
     supported names that are not regular files (pipes, devices, sockets, broken links)
-    or cannot be read are passed over and listed in ``skipped``.
+    or cannot be read are passed over and listed in ``skipped``. So are symbolic links
+    that lead out of the folder being ingested (``/etc/passwd`` behind ``notes.txt``),
+    unless ``follow_links`` is set, and links whose target is not a supported file
+    (the type is the target's, not the link's name).
+
+    Example:
+        >>> found = find_files(["corpus/"])  # doctest: +SKIP
+        >>> found.skipped[0].reason  # doctest: +SKIP
+        'skipped: it is a symbolic link to /etc/passwd, outside corpus ...'
+
     """
     found: list[Path] = []
     skipped: list[Skipped] = []
@@ -147,15 +205,23 @@ def find_files(paths: Iterable[str | Path]) -> Discovery:
         if not path.exists():
             raise IngestError(f"no such file or folder: {path}")
         if path.is_dir():
-            inside = _walk(path, skipped)
+            inside = _walk(path, skipped, follow_links)
             if not inside:
                 raise IngestError(
                     f"folder {path} contains no supported files ({', '.join(SUPPORTED_SUFFIXES)})"
                 )
             found.extend(inside)
-        elif path.suffix.lower() in SUPPORTED_SUFFIXES:
+            continue
+        target = path.resolve()
+        if target.suffix.lower() in SUPPORTED_SUFFIXES:
             check_regular_file(path)
             found.append(path)
+        elif path.is_symlink():
+            raise IngestError(
+                f"{path} is a symbolic link to {target}, which is not a supported file "
+                f"(type {target.suffix or '(none)'}); hyde_lc ingests "
+                f"{', '.join(SUPPORTED_SUFFIXES)} files, judged by the link's target"
+            )
         else:
             raise IngestError(
                 f"{path}: unsupported file type {path.suffix or '(none)'}; "
@@ -164,16 +230,64 @@ def find_files(paths: Iterable[str | Path]) -> Discovery:
     return Discovery(list(dict.fromkeys(p.resolve() for p in found)), skipped)
 
 
-def _walk(folder: Path, skipped: list[Skipped]) -> list[Path]:
-    """Supported regular files under ``folder`` (links to folders are not followed)."""
+FOLLOW_LINKS_HINT = "--follow-links, or follow_links=True, to ingest what they point to"
+"""How to ingest what links out of the ingested folder point to (said when they are skipped)."""
+
+
+def _link_problem(path: Path, root: Path, folder: Path, follow_links: bool) -> str | None:
+    """Why the symbolic link ``path`` (found under ``root``) is not ingested, or None."""
+    target = path.resolve()
+    if not follow_links and not target.is_relative_to(root):
+        return (
+            f"it is a symbolic link to {target}, outside {folder}; links out of the folder "
+            f"being ingested are not followed ({FOLLOW_LINKS_HINT})"
+        )
+    if target.suffix.lower() not in SUPPORTED_SUFFIXES:
+        return (
+            f"it is a symbolic link to {target}, which is not a supported file "
+            f"({', '.join(SUPPORTED_SUFFIXES)}; the type is the target's, not the link's name)"
+        )
+    return None
+
+
+def _walk(folder: Path, skipped: list[Skipped], follow_links: bool = False) -> list[Path]:
+    """Supported regular files under ``folder``.
+
+    Links that lead out of ``folder`` are passed over (and listed in ``skipped``) unless
+    ``follow_links``; with it, links to folders are walked too, each folder once.
+    """
     errors: list[OSError] = []
     inside: list[Path] = []
-    for root, _, names in os.walk(folder, onerror=errors.append):
-        for name in names:
-            path = Path(root) / name
-            if path.suffix.lower() not in SUPPORTED_SUFFIXES:
+    root = folder.resolve()
+    seen = {root}
+    for top, dirs, names in os.walk(folder, onerror=errors.append, followlinks=follow_links):
+        for name in list(dirs):
+            sub = Path(top) / name
+            if not sub.is_symlink():
                 continue
-            why = _not_regular(path)
+            target = sub.resolve()
+            if follow_links:
+                if target in seen or root.is_relative_to(target):
+                    dirs.remove(name)  # a loop, or a folder already walked
+                seen.add(target)
+            elif not target.is_relative_to(root):
+                skipped.append(
+                    Skipped(
+                        str(sub),
+                        f"folder skipped: it is a symbolic link to {target}, outside {folder}; "
+                        f"links out of the folder being ingested are not followed "
+                        f"({FOLLOW_LINKS_HINT})",
+                    )
+                )
+        for name in names:
+            path = Path(top) / name
+            link = path.is_symlink()
+            named = path.suffix.lower() in SUPPORTED_SUFFIXES
+            if not named and not (link and path.resolve().suffix.lower() in SUPPORTED_SUFFIXES):
+                continue  # neither the name nor a link's target is a supported file
+            why = _not_regular(path)  # follows a link: a broken one cannot be read
+            if why is None and link:
+                why = _link_problem(path, root, folder, follow_links)
             if why is None and not os.access(path, os.R_OK):
                 why = "cannot read it: permission denied"
             if why is None:
@@ -194,9 +308,9 @@ def _walk(folder: Path, skipped: list[Skipped]) -> list[Path]:
     return sorted(inside)
 
 
-def discover_files(paths: Iterable[str | Path]) -> list[Path]:
+def discover_files(paths: Iterable[str | Path], follow_links: bool = False) -> list[Path]:
     """The supported files in ``paths`` (see `find_files`, which also says what it passed over)."""
-    return find_files(paths).files
+    return find_files(paths, follow_links).files
 
 
 def check_file_size(path: Path, max_bytes: int | None = MAX_FILE_BYTES) -> None:
@@ -369,9 +483,12 @@ def _hash_text(path: Path, encoding: str, errors: str, keep_up_to: float) -> _Te
     return _TextRead(encoding, errors, digest, length, has_text, text, counts, head)
 
 
-def _pdf_pages(path: Path, notes: list[str]) -> list[tuple[int, str]]:
+def _pdf_pages(
+    path: Path, notes: list[str], limits: InputLimits = DEFAULT_LIMITS
+) -> list[tuple[int, str]]:
     from langchain_community.document_loaders import PyPDFLoader
-    from pypdf.errors import DependencyError, FileNotDecryptedError
+    from pypdf import PdfReader
+    from pypdf.errors import DependencyError, FileNotDecryptedError, LimitReachedError
 
     head = _read_head(path)
     if not head:
@@ -383,8 +500,18 @@ def _pdf_pages(path: Path, notes: list[str]) -> list[tuple[int, str]]:
         f"Decrypt it first, e.g. `qpdf --decrypt --password=PASSWORD {path} decrypted.pdf`, "
         "and ingest the decrypted copy"
     )
+    pages: list[tuple[int, str]] = []
     try:
-        pages = PyPDFLoader(str(path), mode="page").load()
+        # The content each page's text is read from is measured first (decompressing is
+        # fast, parsing it is what takes minutes), so the reading below is bounded.
+        _check_pdf_content(path, PdfReader(str(path)), limits)
+        total = 0
+        for i, page in enumerate(PyPDFLoader(str(path), mode="page").load()):
+            number = int(page.metadata.get("page", i)) + 1
+            total += _checked_page_chars(path, number, page.page_content, total, limits)
+            pages.append((number, page.page_content))
+    except IngestError:
+        raise
     except FileNotDecryptedError as exc:
         raise IngestError(
             f"{path} is encrypted with a password, so its text cannot be read. {decrypt}"
@@ -394,14 +521,104 @@ def _pdf_pages(path: Path, notes: list[str]) -> list[tuple[int, str]]:
             f"{path} is encrypted (AES), which pypdf reads only with the `cryptography` "
             f"package ({exc}): pip install cryptography, or {decrypt[0].lower()}{decrypt[1:]}"
         ) from exc
+    except LimitReachedError as exc:
+        raise IngestError(
+            f"{path}: a compressed stream in this PDF expands beyond pypdf's safety limit "
+            f"({exc}): the file inflates to far more than its size (a decompression bomb), "
+            "it is not a damaged download. Leave it out; if it is genuine, re-export it "
+            "(e.g. print it to a new PDF) and ingest that"
+        ) from exc
     except Exception as exc:
         raise IngestError(
             f"{path}: pypdf could not read this PDF ({exc}); it is damaged or truncated (an "
             "interrupted download or copy?). Re-download or re-export it, or leave it out"
         ) from exc
-    return [
-        (int(page.metadata.get("page", i)) + 1, page.page_content) for i, page in enumerate(pages)
-    ]
+    return pages
+
+
+def _mb(size: int) -> str:
+    return f"{size / 2**20:,.1f} MB"
+
+
+def _check_pdf_content(path: Path, reader: Any, limits: InputLimits) -> None:
+    """Refuse a PDF whose pages draw from more inflated content than `InputLimits` allows."""
+    sizes: dict[Any, int] = {}
+    total = 0
+    for number, page in enumerate(reader.pages, 1):
+        size = _drawn_bytes(page, sizes, set())
+        if size > limits.max_pdf_page_bytes:
+            raise IngestError(
+                f"{path}: page {number} draws its text from {_mb(size)} of content once "
+                f"inflated, above the limit of {_mb(limits.max_pdf_page_bytes)} per page (a "
+                "small PDF whose compressed content expands this much takes minutes to "
+                "read). If the file is genuine, raise the limit: --max-pdf-page-mb, or "
+                "InputLimits(max_pdf_page_bytes=...)"
+            )
+        total += size
+        if total > limits.max_pdf_bytes:
+            raise IngestError(
+                f"{path}: its pages up to page {number} draw their text from {_mb(total)} of "
+                f"content once inflated, above the limit of {_mb(limits.max_pdf_bytes)} per "
+                "file (a stream shared by several pages counts for each, since each page "
+                "reads it again). If the file is genuine, raise the limit: --max-pdf-mb, or "
+                "InputLimits(max_pdf_bytes=...)"
+            )
+
+
+def _drawn_bytes(holder: Any, sizes: dict[Any, int], forms: set[Any]) -> int:
+    """Inflated bytes of a page's (or form's) content and of the forms it can draw.
+
+    Each stream is decompressed once (``sizes`` keeps its length by object); a form is
+    counted once per page (``forms``), which also stops forms that draw themselves.
+    """
+    from pypdf.generic import ArrayObject, IndirectObject
+
+    def stream_size(ref: Any) -> int:
+        key = (ref.idnum, ref.generation) if isinstance(ref, IndirectObject) else id(ref)
+        if key not in sizes:
+            sizes[key] = len(ref.get_object().get_data())
+        return sizes[key]
+
+    total = 0
+    if "/Subtype" in holder:  # a form XObject: itself a stream
+        total += len(holder.get_data())
+    else:
+        contents = holder.get("/Contents")
+        if contents is not None:
+            resolved = contents.get_object()
+            items = list(resolved) if isinstance(resolved, ArrayObject) else [contents]
+            total += sum(stream_size(item) for item in items)
+    resources = holder.get("/Resources")
+    xobjects = resources.get_object().get("/XObject") if resources is not None else None
+    for ref in xobjects.get_object().values() if xobjects is not None else []:
+        key = (ref.idnum, ref.generation) if isinstance(ref, IndirectObject) else id(ref)
+        form = ref.get_object()
+        if key in forms or form.get("/Subtype") != "/Form":
+            continue
+        forms.add(key)
+        total += _drawn_bytes(form, sizes, forms)
+    return total
+
+
+def _checked_page_chars(
+    path: Path, number: int, text: str, before: int, limits: InputLimits
+) -> int:
+    """The characters of one page's text, refused above `InputLimits`' page and file bounds."""
+    if len(text) > limits.max_page_chars:
+        raise IngestError(
+            f"{path}: page {number} yields {len(text):,} characters of text, above the limit "
+            f"of {limits.max_page_chars:,} per page (a page of dense text holds about "
+            "5,000). If the file is genuine, raise the limit: --max-page-chars, or "
+            "InputLimits(max_page_chars=...)"
+        )
+    if before + len(text) > limits.max_pdf_chars:
+        raise IngestError(
+            f"{path}: its pages up to page {number} yield {before + len(text):,} characters "
+            f"of text, above the limit of {limits.max_pdf_chars:,} per PDF. Split it, or "
+            "raise the limit if the file is genuine: --max-pdf-chars, or "
+            "InputLimits(max_pdf_chars=...)"
+        )
+    return len(text)
 
 
 def _join_pages(
@@ -468,7 +685,9 @@ def _page_at(starts: list[int], numbers: list[int], offset: int) -> int:
     return numbers[max(0, bisect.bisect_right(starts, offset) - 1)]
 
 
-def load_document(path: Path, max_bytes: int | None = MAX_FILE_BYTES) -> LoadedDocument:
+def load_document(
+    path: Path, max_bytes: int | None = MAX_FILE_BYTES, limits: InputLimits = DEFAULT_LIMITS
+) -> LoadedDocument:
     """Read one file's whole text into a `LoadedDocument` (pages with almost no text skipped).
 
     Raises `IngestError` for a file that cannot be read as what its name says; a file
@@ -479,7 +698,7 @@ def load_document(path: Path, max_bytes: int | None = MAX_FILE_BYTES) -> LoadedD
     check_file_size(path, max_bytes)
     notes: list[str] = []
     if path.suffix.lower() == ".pdf":
-        text, starts, numbers = _join_pages(_pdf_pages(path, notes), True, notes)
+        text, starts, numbers = _join_pages(_pdf_pages(path, notes, limits), True, notes)
     else:
         read = _read_text(path, notes, keep_up_to=float("inf"))
         pages = [(1, read.text or "")] if read is not None else []
@@ -517,6 +736,8 @@ class TextSource:
     """The document's dominant script (``latin``, ``cjk``, ...; ``unknown``: no letters)."""
     head: str = ""
     """The text's first `SAMPLE_HEAD_CHARS` characters when ``text`` is not kept."""
+    limits: InputLimits = DEFAULT_LIMITS
+    """The bounds the file was read under (a PDF read again keeps them)."""
 
     @property
     def sample(self) -> str:
@@ -541,7 +762,7 @@ class TextSource:
             return
         digest = hashlib.sha256()
         if self.kind == "pdf":
-            text, _, _ = _join_pages(_pdf_pages(self.path, []), True, [])
+            text, _, _ = _join_pages(_pdf_pages(self.path, [], self.limits), True, [])
             digest.update(text.encode("utf-8"))
             yield text
         else:
@@ -560,19 +781,23 @@ class TextSource:
 
 
 def scan_file(
-    path: Path, max_bytes: int | None = MAX_FILE_BYTES, keep_up_to: float = 0
+    path: Path,
+    max_bytes: int | None = MAX_FILE_BYTES,
+    keep_up_to: float = 0,
+    limits: InputLimits = DEFAULT_LIMITS,
 ) -> TextSource:
     """First pass over one file: check it, hash its text, measure it; no chunks yet.
 
     Raises `IngestError` for a file that cannot be read as what its name says. The text
     is kept in the result when it has at most ``keep_up_to`` characters (a PDF's text
-    too, since parsing it again is slow), else read again when needed.
+    too, since parsing it again is slow), else read again when needed. A PDF beyond
+    ``limits`` (`InputLimits`) is refused with an `IngestError` naming the limit.
     """
     path = Path(path)
     check_file_size(path, max_bytes)
     notes: list[str] = []
     if path.suffix.lower() == ".pdf":
-        text, starts, numbers = _join_pages(_pdf_pages(path, notes), True, notes)
+        text, starts, numbers = _join_pages(_pdf_pages(path, notes, limits), True, notes)
         digest = hashlib.sha256(text.encode("utf-8"))
         script = dominant_script(text)
         kept = len(text) <= keep_up_to
@@ -588,6 +813,7 @@ def scan_file(
             digest=digest.hexdigest(),
             script=script,
             head="" if kept else text[:SAMPLE_HEAD_CHARS],
+            limits=limits,
         )
     read = _read_text(path, notes, min(keep_up_to, SEGMENT_CHARS))
     if read is None or not read.has_text:

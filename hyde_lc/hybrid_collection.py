@@ -60,6 +60,7 @@ from typing import Any
 from langchain_core.documents import Document
 
 from hyde_lc import store as chroma
+from hyde_lc.env_settings import env_float
 from hyde_lc.errors import InvalidSettingError
 from hyde_lc.lexical import LexicalIndex, LexicalSearch, read_state
 from hyde_lc.locks import file_lock, is_locked
@@ -81,19 +82,14 @@ SEQ_KEY = chroma.SEQ
 
 def refresh_interval() -> float:
     """`REFRESH_INTERVAL_S`, or ``$HYDE_LC_REFRESH_INTERVAL`` (seconds, 0 = every search)."""
-    raw = os.environ.get(REFRESH_ENV)
-    if raw is None or not raw.strip():
-        return REFRESH_INTERVAL_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not 0 <= value <= 3600:
-        raise InvalidSettingError(
-            f"{REFRESH_ENV} must be a number of seconds from 0 to 3600 (how old the "
-            f"collection's state a search may use; 0 reads it for every search), got {raw!r}"
-        )
-    return value
+    return env_float(
+        REFRESH_ENV,
+        REFRESH_INTERVAL_S,
+        low=0,
+        high=3600,
+        what="seconds: how old the collection's state a search may use; 0 reads it for "
+        "every search",
+    )
 
 
 @dataclass(frozen=True)

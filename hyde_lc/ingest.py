@@ -70,11 +70,13 @@ from langchain_text_splitters import RecursiveCharacterTextSplitter
 from tqdm.auto import tqdm
 
 from hyde_lc.documents import (
+    DEFAULT_LIMITS,
     MAX_FILE_BYTES,
     MIN_PAGE_CHARS,
     PAGE_SEPARATOR,
     SEGMENT_CHARS,
     SUPPORTED_SUFFIXES,
+    InputLimits,
     LoadedDocument,
     Skipped,
     TextSource,
@@ -120,6 +122,7 @@ __all__ = [
     "Chunk",
     "FileResult",
     "IngestReport",
+    "InputLimits",
     "LoadedDocument",
     "check_file_size",
     "chunk_id",
@@ -391,6 +394,8 @@ def ingest_paths(
     progress: bool = True,
     max_file_bytes: int | None = MAX_FILE_BYTES,
     max_write: int | None = None,
+    follow_links: bool = False,
+    limits: InputLimits = DEFAULT_LIMITS,
 ) -> IngestReport:
     """Ingest files and folders into ``store`` (a collection opened by `open_store`).
 
@@ -399,7 +404,10 @@ def ingest_paths(
     untouched (and nothing created). Files with no text are reported with status
     ``empty`` and a note; what was passed over inside folders, with status ``skipped``.
     ``batch_size`` chunks are embedded per call; ``max_write`` chunks at most are
-    written per Chroma call (default: as many as Chroma takes).
+    written per Chroma call (default: as many as Chroma takes). Symbolic links that lead
+    out of a folder being ingested are skipped unless ``follow_links`` (`find_files`).
+    A file beyond ``limits`` (`InputLimits`: a PDF's inflated content and text, the
+    chunks of any file) fails the call before anything is written.
 
     ``chunk_size``/``chunk_overlap`` (characters) left as None follow each document's
     script and the collection's embedding model (`resolve_chunking`). When that model
@@ -414,16 +422,17 @@ def ingest_paths(
     check_embeddings(store, embeddings)
     model = embedding_model_id(embeddings)
     resolve_chunking("latin", model, chunk_size, chunk_overlap)  # bad settings fail first
-    found = find_files(paths)
+    found = find_files(paths, follow_links)
     for path in found.files:  # all sizes first: a huge last file fails before any reading
         check_file_size(path, max_file_bytes)
     sources: list[tuple[TextSource, int]] = []
     budget = _KEEP_CHARS
     for path in found.files:
-        source = scan_file(path, max_file_bytes, keep_up_to=budget)
+        source = scan_file(path, max_file_bytes, keep_up_to=budget, limits=limits)
         budget -= len(source.text or "")
         size, overlap = resolve_chunking(source.script, model, chunk_size, chunk_overlap)
         count = count_chunks(source.segments(), size, overlap, source.script)
+        limits.check_chunks(source.path, count)
         sources.append((source, count))
     skipped = [_skipped(item) for item in found.skipped]
     warnings = _language_warnings(store, model, [s for s, count in sources if count])

@@ -75,9 +75,9 @@ from langchain_core.runnables.config import run_in_executor
 from pydantic import Field
 
 from hyde_lc.cancellation import CancelScope, GenerationCancelled, cancel_scope, current_scope
+from hyde_lc.env_settings import env_int, threads_setting
 from hyde_lc.errors import (
     HydeLcError,
-    InvalidSettingError,
     MissingDependencyError,
     ModelFileError,
 )
@@ -130,25 +130,26 @@ class ContextWindowError(HydeLcError):
     """A request that does not fit the local model's context window."""
 
 
+MAX_CONTEXT_SIZE = 131_072
+"""The largest ``HYDE_LC_N_CTX``: 128K tokens, beyond any embedded model's trained window
+(32K for Qwen2.5-Coder); memory grows with it (100 million tokens took over 20 GB)."""
+
+
 def _default_threads() -> int:
-    return int(os.environ.get("HYDE_LC_THREADS", "0")) or max(1, os.cpu_count() or 1)
+    """``HYDE_LC_THREADS`` (1 to 256; 0 or unset: one per core)."""
+    return threads_setting() or max(1, os.cpu_count() or 1)
 
 
 def default_context_size() -> int:
-    """``HYDE_LC_N_CTX`` if set (a whole number of at least 256), else 4,096."""
-    raw = os.environ.get(N_CTX_ENV, "").strip()
-    if not raw:
-        return DEFAULT_CONTEXT_SIZE
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 256:
-        raise InvalidSettingError(
-            f"{N_CTX_ENV}={raw!r} is not a context size: give a whole number of tokens of at "
-            f"least 256, e.g. {N_CTX_ENV}=8192"
-        )
-    return value
+    """``HYDE_LC_N_CTX`` if set (256 to `MAX_CONTEXT_SIZE` tokens), else 4,096."""
+    return env_int(
+        N_CTX_ENV,
+        DEFAULT_CONTEXT_SIZE,
+        low=256,
+        high=MAX_CONTEXT_SIZE,
+        what="tokens of context window per request",
+        example=8192,
+    )
 
 
 def estimate_tokens(text: str) -> int:

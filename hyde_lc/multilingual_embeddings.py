@@ -34,6 +34,7 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 from pydantic import BaseModel, ConfigDict, Field
 
+from hyde_lc.env_settings import MAX_THREADS, threads_setting
 from hyde_lc.errors import InvalidSettingError, MissingDependencyError
 
 E5_MODEL_ID = "local:multilingual-e5-small"
@@ -55,10 +56,16 @@ _ENGINE: dict[str, Any] = {}
 
 
 def _default_threads() -> int:
-    for name in ("HYDE_LC_THREADS", "OMP_NUM_THREADS"):
-        value = os.environ.get(name, "").strip()
-        if value.isdigit() and int(value) > 0:
-            return int(value)
+    """CPU threads: ``HYDE_LC_THREADS`` (checked), else a usable ``OMP_NUM_THREADS``.
+
+    Else one per core.
+    """
+    threads = threads_setting()
+    if threads:
+        return threads
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if value.isdigit() and 0 < int(value) <= MAX_THREADS:
+        return int(value)
     return max(1, os.cpu_count() or 1)
 
 

