@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from hyde_lc.answer import build_answer_chain
     from hyde_lc.document_ingest import ingest_documents
+    from hyde_lc.documents import InputLimits
     from hyde_lc.errors import HydeLcError, InvalidSettingError
     from hyde_lc.hyde_embeddings import HyDEEmbeddings
     from hyde_lc.hypothesis_cache import HypothesisCache
@@ -43,6 +44,7 @@ _EXPORTS = {
     "InvalidSettingError": "hyde_lc.errors",
     "HypothesisCache": "hyde_lc.hypothesis_cache",
     "IngestReport": "hyde_lc.ingest",
+    "InputLimits": "hyde_lc.documents",
     "LexicalSearch": "hyde_lc.lexical",
     "NeighborExpandingRetriever": "hyde_lc.neighbors",
     "build_answer_chain": "hyde_lc.answer",
@@ -65,6 +67,7 @@ __all__ = [
     "HydeLcError",
     "HypothesisCache",
     "IngestReport",
+    "InputLimits",
     "InvalidSettingError",
     "LexicalSearch",
     "NeighborExpandingRetriever",

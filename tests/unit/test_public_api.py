@@ -14,6 +14,7 @@ EXPECTED = [
     "HydeLcError",
     "HypothesisCache",
     "IngestReport",
+    "InputLimits",
     "InvalidSettingError",
     "LexicalSearch",
     "NeighborExpandingRetriever",
