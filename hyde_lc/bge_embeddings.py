@@ -105,8 +105,8 @@ class BgeSmallEmbeddings(OnnxSentenceEmbeddings):
     Example:
         >>> from hyde_lc.bge_embeddings import BgeSmallEmbeddings
         >>> emb = BgeSmallEmbeddings(max_tokens=256)  # doctest: +SKIP
-        >>> doc = emb.embed_documents(["The Fresnel lens was first used in 1823."])  # doctest: +SKIP
-        >>> query = emb.embed_query("When was the Fresnel lens first used?")  # doctest: +SKIP
+        >>> docs = emb.embed_documents(["Fresnel lenses date from 1823."])  # doctest: +SKIP
+        >>> query = emb.embed_query("When was the Fresnel lens made?")  # doctest: +SKIP
 
     """
 
