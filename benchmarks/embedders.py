@@ -10,7 +10,8 @@ configuration (95% bootstrap interval), and with the candidate's first window.
 Ingest cost: the first run embeds the whole corpus (cached afterwards per corpus, model
 and window in ``~/.cache/hyde_lc/bench``); its CPU seconds (all threads of this process)
 and wall time are recorded. ``--speed-docs N`` also embeds the same N random documents
-(seed 0) with each model, the models alternating round by round (``--speed-rounds``)
+(seed 0), then the same documents cut as ingest cuts them by default (1,000-character
+chunks), with each model, the models alternating round by round (``--speed-rounds``)
 so that all see the same machine load; CPU seconds per document is the figure to read
 on a shared machine, documents per second the one a user sees.
 
@@ -36,6 +37,7 @@ from langchain_core.embeddings import Embeddings
 from hyde_lc.bench.beir import load_beir
 from hyde_lc.bench.retrieval import HYBRID, corpus_index, paired_bootstrap, run_benchmark
 from hyde_lc.models import load_embeddings
+from hyde_lc.splitting import LATIN_CHUNK_SIZE, make_splitter
 
 
 def model(spec: str, window: int | None) -> tuple[str, Embeddings]:
@@ -131,7 +133,18 @@ def main() -> None:
     timing = None
     if args.speed_docs:
         ids = random.Random(0).sample(sorted(data.corpus), args.speed_docs)
-        timing = speed(models, [data.corpus[i] for i in ids], args.speed_rounds)
+        texts = [data.corpus[i] for i in ids]
+        splitter = make_splitter()  # the ingest default
+        chunks = [chunk for text in texts for chunk in splitter.split_text(text)]
+        timing = {}
+        for name, batch in (("documents", texts), (f"{LATIN_CHUNK_SIZE}-char chunks", chunks)):
+            tokens = [models[-1][1].count_tokens(t) for t in batch]  # type: ignore[attr-defined]
+            print(f"speed: {len(batch)} {name}", flush=True)
+            timing[name] = {
+                "texts": len(batch),
+                "over_256_tokens": sum(n > 256 for n in tokens) / len(tokens),
+                "models": speed(models, batch, args.speed_rounds),
+            }
 
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
@@ -179,9 +192,14 @@ def markdown(rows: list[dict], meta: dict) -> str:
     lines += ["", "| model | corpus CPU-s | corpus wall s |", "|---|---|---|"]
     for label, t in meta["corpus_embedding"].items():
         lines.append(f"| {label} | {t['cpu_s']:.0f} | {t['wall_s']:.0f} |")
-    if meta["speed"]:
-        lines += ["", "| model | CPU-s per document | documents/s |", "|---|---|---|"]
-        for label, t in meta["speed"].items():
+    for name, timing in (meta["speed"] or {}).items():
+        share = f"{100 * timing['over_256_tokens']:.0f}% over 256 tokens"
+        lines += [
+            "",
+            f"| model | {timing['texts']} {name} ({share}): CPU-s per text | texts/s |",
+            "|---|---|---|",
+        ]
+        for label, t in timing["models"].items():
             lines.append(f"| {label} | {t['cpu_s_per_doc']:.3f} | {t['docs_per_s']:.1f} |")
     return "\n".join(lines)
 
