@@ -5,7 +5,8 @@ package's no-LLM configurations through `hyde_lc.bench.run_benchmark` (``standar
 dense; ``bm25``; ``hybrid``: both fused, the default without a hypothesis model), so
 queries go through ``embed_query`` and documents through ``embed_documents`` as users
 run them. Every row's nDCG@10 is paired by query with the reference model's same
-configuration (95% bootstrap interval), and with the candidate's first window.
+configuration (95% bootstrap interval; a hybrid at another ``--dense-weights`` weight
+with the reference's default hybrid), and with the candidate's first window.
 
 Ingest cost: the first run embeds the whole corpus (cached afterwards per corpus, model
 and window in ``~/.cache/hyde_lc/bench``); its CPU seconds (all threads of this process)
@@ -35,7 +36,13 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 
 from hyde_lc.bench.beir import load_beir
-from hyde_lc.bench.retrieval import HYBRID, corpus_index, paired_bootstrap, run_benchmark
+from hyde_lc.bench.retrieval import (
+    HYBRID,
+    BenchMode,
+    corpus_index,
+    paired_bootstrap,
+    run_benchmark,
+)
 from hyde_lc.models import load_embeddings
 from hyde_lc.splitting import LATIN_CHUNK_SIZE, make_splitter
 
@@ -87,6 +94,13 @@ def main() -> None:
     parser.add_argument("--reference", default="local:minilm")
     parser.add_argument("--candidate", default="local:bge-small-en-v1.5")
     parser.add_argument("--windows", type=int, nargs="+", default=[512])
+    parser.add_argument(
+        "--dense-weights",
+        type=float,
+        nargs="*",
+        default=[],
+        help="also run hybrid with these dense weights (the default's is 0.5)",
+    )
     parser.add_argument("--speed-docs", type=int, default=0)
     parser.add_argument("--speed-rounds", type=int, default=2)
     parser.add_argument("--out", type=Path, required=True)
@@ -99,8 +113,9 @@ def main() -> None:
     for label, embeddings in models:
         _, cpu, wall = timed(lambda e=embeddings: corpus_index(data, e))
         print(f"{label}: corpus ready in {wall:.0f} s, {cpu:.0f} CPU-s", flush=True)
+        weighted = [BenchMode({"n_hypotheses": 0, "dense_weight": w}) for w in args.dense_weights]
         report = run_benchmark(args.data, split=args.split, limit=args.limit,
-                               modes=[HYBRID], embeddings=embeddings)  # fmt: skip
+                               modes=[HYBRID, *weighted], embeddings=embeddings)  # fmt: skip
         runs[label] = {
             "corpus_cpu_s": cpu,  # about 0 when the matrix came from the cache
             "corpus_wall_s": wall,
@@ -122,12 +137,14 @@ def main() -> None:
             for name, other in (("vs_reference", reference), ("vs_first_window", first)):
                 if other is None or label in (other, reference):
                     continue
-                base = runs[other]["results"][mode].per_query_ndcg
+                results = runs[other]["results"]
+                base = (results.get(mode) or results[HYBRID.label]).per_query_ndcg
                 order = sorted(base)
                 delta, ci = paired_bootstrap(
                     [base[q] for q in order], [result.per_query_ndcg[q] for q in order]
                 )
-                row[name] = {"reference": other, "delta": delta, "ci": list(ci)}
+                compared = mode if mode in results else HYBRID.label
+                row[name] = {"reference": f"{other} {compared}", "delta": delta, "ci": list(ci)}
             rows.append(row)
 
     timing = None
