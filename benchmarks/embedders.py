@@ -4,9 +4,10 @@ Each model (the reference, then a candidate at each ``--windows`` token window) 
 package's no-LLM configurations through `hyde_lc.bench.run_benchmark` (``standard``:
 dense; ``bm25``; ``hybrid``: both fused, the default without a hypothesis model), so
 queries go through ``embed_query`` and documents through ``embed_documents`` as users
-run them. Every row's nDCG@10 is paired by query with the reference model's same
-configuration (95% bootstrap interval; a hybrid at another ``--dense-weights`` weight
-with the reference's default hybrid), and with the candidate's first window.
+run them (``scifact``: the BEIR SciFact folder). ``--dense-weights`` adds hybrid rows
+at other dense weights, for every model. Every row's nDCG@10 is paired by query with
+the reference model's same configuration (95% bootstrap interval) and with the
+candidate's first window; the results file keeps per-query nDCG@10 for other pairings.
 
 Ingest cost: the first run embeds the whole corpus (cached afterwards per corpus, model
 and window in ``~/.cache/hyde_lc/bench``); its CPU seconds (all threads of this process)
@@ -16,7 +17,7 @@ chunks), with each model, the models alternating round by round (``--speed-round
 so that all see the same machine load; CPU seconds per document is the figure to read
 on a shared machine, documents per second the one a user sees.
 
-    python -m benchmarks.embedders ../shared/data/scifact --split train \\
+    python -m benchmarks.embedders scifact --split train \\
         --candidate local:bge-small-en-v1.5 --windows 256 512 \\
         --out benchmarks/results/embedders/scifact-train.json
 """
