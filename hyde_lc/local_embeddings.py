@@ -10,6 +10,9 @@ quality (measured on SciFact, BENCHMARKS.md):
 * sentence-transformers' pooling is the mean over the attention mask, then L2
   normalisation. Vectors are unit length, so cosine and dot product agree.
 
+`OnnxSentenceEmbeddings` holds what MiniLM shares with other BERT-style ONNX encoders
+(tokenising, batching, the sessions); `hyde_lc.bge_embeddings` is the other one.
+
 Example:
     >>> from hyde_lc import load_embeddings
     >>> emb = load_embeddings("local:minilm")  # doctest: +SKIP
