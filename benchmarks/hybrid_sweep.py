@@ -120,9 +120,8 @@ def main() -> None:
         hyps = {q: [cut(h) for h in texts] for q, texts in hyps.items()}
     have = {n: [q for q, _ in questions if len(hyps[q]) >= n] for n in range(1, args.max_n + 1)}
     print({n: len(qs) for n, qs in have.items()}, "queries with n cached hypotheses")
-    qvec = dict(
-        zip(data.queries, embeddings.embed_documents(list(data.queries.values())), strict=True)
-    )
+    # embed_query: an asymmetric model (bge, e5) gives queries their own prefix
+    qvec = {q: embeddings.embed_query(text) for q, text in data.queries.items()}
     flat = [(q, i, h) for q in data.queries for i, h in enumerate(hyps[q])]
     hvec_rows = embeddings.embed_documents([h for _, _, h in flat]) if flat else []
     hvec: dict[str, list] = {q: [] for q in data.queries}

@@ -13,7 +13,7 @@ Two sets without relevance judgements, measured by lexical proxies:
 Configurations: dense (``lexical="off"``), hybrid (the default), dense HyDE and hybrid
 HyDE (one hypothesis per question, shared by both HyDE rows through a hypothesis cache,
 so they differ only in what they fuse). The cache file persists (``--hypothesis-cache``),
-so a rerun writes nothing.
+so a rerun writes nothing. ``--english-embeddings`` measures another English embedder.
 
     python -m benchmarks.tutorial_retrieval --tutorial ../shared/data/tutorial \\
         --hypothesis-cache benchmarks/results/hypotheses/small-sets-qwen2.5-coder-0.5b.sqlite \\
@@ -49,20 +49,21 @@ CONFIGURATIONS: dict[str, dict[str, Any]] = {
 }
 
 
-def _sets(tutorial: Path) -> dict[str, dict[str, Any]]:
-    """Each set: its document, its embedding model, and its answerable questions."""
+def _sets(tutorial: Path, english: str = "local:minilm") -> dict[str, dict[str, Any]]:
+    """Each set: its document, its embedding model (``english`` for the English sets),
+    and its answerable questions."""
     answerable = [q for q in json.loads((tutorial / "val.json").read_text()) if q["has_answer"]]
     out: dict[str, dict[str, Any]] = {
         "tutorial": {
             "files": [tutorial / "AI_Information.pdf"],
-            "embeddings": "local:minilm",
+            "embeddings": english,
             "questions": [
                 {"question": q["question"], "ideal": q["ideal_answer"]} for q in answerable
             ],
         }
     }
     for name, language, model in (
-        ("sample", "en", "local:minilm"),
+        ("sample", "en", english),
         ("sample-zh", "zh", "local:multilingual-e5-small"),
     ):
         lines = sample_questions(language).read_text(encoding="utf-8").splitlines()
@@ -95,6 +96,11 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--hypothesis-cache", type=Path, required=True)
     parser.add_argument("--sets", nargs="+", default=["tutorial", "sample", "sample-zh"])
+    parser.add_argument(
+        "--english-embeddings",
+        default="local:minilm",
+        help="embedding model of the English sets (tutorial, sample)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
@@ -107,7 +113,7 @@ def main() -> None:
         "max_tokens": writer.max_tokens,
         "sets": {},
     }
-    for name, spec in _sets(args.tutorial).items():
+    for name, spec in _sets(args.tutorial, args.english_embeddings).items():
         if name not in args.sets:
             continue
         work = Path(tempfile.mkdtemp(prefix=f"hyde-{name}-"))

