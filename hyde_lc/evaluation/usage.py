@@ -189,6 +189,8 @@ def describe_embeddings(embeddings: Embeddings) -> ModelInfo:
     model_id = embedding_model_id(embeddings)
     if type(embeddings).__name__ == "MiniLMEmbeddings":
         return ModelInfo("local", "all-MiniLM-L6-v2", model_id)
+    if type(embeddings).__name__ == "BgeSmallEmbeddings":
+        return ModelInfo("local", "bge-small-en-v1.5", model_id)
     if type(embeddings).__name__ == "OpenAIEmbeddings":
         return ModelInfo("openai", str(getattr(embeddings, "model", "")), model_id)
     return ModelInfo(type(embeddings).__name__, model_id, model_id)
