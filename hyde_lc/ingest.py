@@ -568,7 +568,8 @@ def _write_documents(
         prepare_write(store, embedding_dimension(embeddings))
     limit = min(settings.max_write or 10**9, max_write(store))
     results: list[FileResult] = []
-    with tqdm(total=to_embed, unit="chunk", desc="embedding", disable=not settings.progress) as bar:
+    quiet = not settings.progress or not to_embed  # nothing to embed: no empty bar
+    with tqdm(total=to_embed, unit="chunk", desc="embedding", disable=quiet) as bar:
         for plan in plans:
             result = _write_document(write, plan, embeddings, settings, limit, bar)
             results.append(result)

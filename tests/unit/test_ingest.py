@@ -84,6 +84,14 @@ def test_reingest_is_a_no_op(tmp_path, docs):
     assert by_source(store) == before
 
 
+def test_a_run_that_embeds_nothing_shows_no_embedding_bar(tmp_path, docs, capsys):
+    store = open_store(tmp_path / "store", embeddings=CountingEmbeddings(size=32))
+    ingest_paths([docs], store, chunk_size=300, chunk_overlap=60)
+    assert "embedding" in capsys.readouterr().err  # the first run embeds, with its bar
+    ingest_paths([docs], store, chunk_size=300, chunk_overlap=60)
+    assert "embedding" not in capsys.readouterr().err  # no "embedding: 0chunk" bar
+
+
 def test_changed_document_is_replaced_and_nothing_else(tmp_path, docs, fake_embeddings):
     store = open_store(tmp_path / "store", embeddings=fake_embeddings)
     ingest_paths([docs], store, chunk_size=300, chunk_overlap=60, progress=False)
