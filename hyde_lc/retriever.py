@@ -885,8 +885,11 @@ class HyDERetriever(DetailedRetriever):
             hypotheses_dropped=fused.dropped,
             lexical=search.lexical_side is not None,
         )
+        lexical_note = _lexical_note(search.lexical_side)
         for doc in result.documents:
             doc.metadata["retrieval_mode"] = result.label
+            if lexical_note:
+                doc.metadata["lexical_note"] = lexical_note
             if result.fallback:
                 doc.metadata["hyde_fallback"] = result.fallback
             if note:
@@ -894,6 +897,16 @@ class HyDERetriever(DetailedRetriever):
             if self.min_hypothesis_similarity is not None and written.texts:
                 doc.metadata["hyde_hypotheses_dropped"] = fused.dropped
         return result
+
+
+def _lexical_note(lexical: LexicalSearch | None) -> str | None:
+    """What every Document says when the lexical side searched an index behind its store."""
+    if lexical is None or not getattr(lexical, "stale", False):
+        return None
+    return (
+        "the lexical index was built from documents and the store has changed since: "
+        "chunks added since were searched dense only (LexicalSearch.refresh() re-indexes)"
+    )
 
 
 def _with_feedback(result: HyDEResult, searched: Fused, feedback: Feedback | None) -> HyDEResult:

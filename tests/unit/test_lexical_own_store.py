@@ -107,11 +107,15 @@ def test_an_index_of_chosen_documents_says_when_the_store_changed(warnings_once)
     store = InMemoryVectorStore(FakeEmbeddings(size=32))
     store.add_documents(docs(), ids=list(TEXTS))
     lexical = LexicalSearch.from_documents(store, store.get_by_ids(list(TEXTS)))
+    retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, k=2, lexical=lexical)
     assert not lexical.stale
+    assert all("lexical_note" not in d.metadata for d in retriever.invoke("horn"))
     store.add_documents([Document("A siren replaced the horn.", id="siren")])
     for _ in range(2):
         assert found(lexical, "siren") == []  # not indexed: only the dense side finds it
     assert lexical.stale
+    # ... and the results say so, not only the log
+    assert all(".refresh()" in d.metadata["lexical_note"] for d in retriever.invoke("siren"))
     (warning,) = warnings_once()  # once per change, not once per search
     assert "holds 4 chunks, 3 when" in warning and ".refresh()" in warning
     lexical.refresh()
