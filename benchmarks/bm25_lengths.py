@@ -8,7 +8,7 @@ default (min-max score fusion with the same dense list, dense weight 0.5, 100 ca
 per list) both ways, with a paired bootstrap over queries. Only the document lengths
 differ between the two columns.
 
-    python -m benchmarks.bm25_lengths ../shared/data/scifact --split train \\
+    python -m benchmarks.bm25_lengths scifact --split train \\
         --out benchmarks/results/bm25-lengths-scifact-train.json
 """
 

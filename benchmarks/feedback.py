@@ -13,7 +13,7 @@ is the train grid (documents 3, 5, 10; two weights per side). With ``--hyde``, t
 default (one hypothesis, hybrid) and the same with each feedback configuration run too,
 from the hypothesis cache (nothing is generated when it holds every query's hypothesis).
 
-    python -m benchmarks.feedback ../shared/data/scifact --split train --grid \\
+    python -m benchmarks.feedback scifact --split train --grid \\
         --out benchmarks/results/feedback-scifact-train
 """
 

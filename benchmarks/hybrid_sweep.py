@@ -7,7 +7,7 @@ what they fuse. Nothing is generated: hypotheses come from the hypothesis cache
 cached hypotheses is reported and left out of the HyDE rows. Used to choose the hybrid
 default on a train split, then to report every configuration once on test.
 
-    python -m benchmarks.hybrid_sweep ../shared/data/scifact --split train --limit 120 \\
+    python -m benchmarks.hybrid_sweep scifact --split train --limit 120 \\
         --hypothesis-cache benchmarks/results/hypotheses/scifact-qwen2.5-coder-1.5b.sqlite \\
         --out benchmarks/results/hybrid-sweep-train
 """

@@ -7,7 +7,7 @@ configurations taking turns question by question (the order rotates) so machine 
 them alike. Nothing is cached. Reported per configuration: median, mean and p95 seconds,
 and the median length of the hypotheses in words.
 
-    python -m benchmarks.hypothesis_time ../shared/data/scifact --split train --questions 30 \\
+    python -m benchmarks.hypothesis_time scifact --split train --questions 30 \\
         --writer local:qwen2.5-coder-1.5b local:qwen2.5-coder-0.5b --max-tokens 256 64 \\
         --out benchmarks/results/hypothesis_time.json
 """

@@ -8,7 +8,7 @@ in a fresh folder with `hyde_lc.lexical.LexicalIndex` exactly as ingestion build
 their cached hypothesis (the hybrid default's lexical query: the claim's terms 5 times,
 plus the hypothesis). Memory is the process's peak RSS growth while building.
 
-    python -m benchmarks.lexical_scale ../shared/data/scifact --sizes 5000 50000 500000 \\
+    python -m benchmarks.lexical_scale scifact --sizes 5000 50000 500000 \\
         --hypotheses benchmarks/results/hypotheses/scifact-test-generic-sample0.json \\
         --out benchmarks/results/lexical_scale.json
 """

@@ -10,7 +10,7 @@ is isolated):
 Compared at equal k (windows vs chunks) and at an equal chunk budget (plain k x 3 chunks
 against k windows of 3 chunks), for two chunk sizes.
 
-    python benchmarks/neighbor_context.py --tutorial ../shared/data/tutorial
+    python benchmarks/neighbor_context.py --tutorial tutorial
 """
 
 from __future__ import annotations

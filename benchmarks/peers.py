@@ -29,7 +29,7 @@ one system's garbage is not collected on another's clock.
 The quality run always uses the instant writer.
 
     pip install "hyde-lc[peers]"
-    python -m benchmarks.peers ../shared/data/scifact \\
+    python -m benchmarks.peers scifact \\
         --hypothesis-cache benchmarks/results/hypotheses/scifact-qwen2.5-coder-1.5b.sqlite \\
         --out benchmarks/results/peers
     # a writer that takes half a second (as every real one takes longer):

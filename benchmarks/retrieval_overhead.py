@@ -13,7 +13,7 @@ llama.cpp's busy-wait level, to test whether the engine's spinning threads slow 
 embedding and search that follow each generation. ``--work DIR`` keeps the ingested
 collection for the next run (ingesting 5k chunks takes about 5 minutes on 2 cores).
 
-    python benchmarks/retrieval_overhead.py ../shared/data/scifact --docs 2500 --queries 50
+    python benchmarks/retrieval_overhead.py scifact --docs 2500 --queries 50
 """
 
 from __future__ import annotations

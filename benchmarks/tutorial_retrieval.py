@@ -15,7 +15,7 @@ HyDE (one hypothesis per question, shared by both HyDE rows through a hypothesis
 so they differ only in what they fuse). The cache file persists (``--hypothesis-cache``),
 so a rerun writes nothing. ``--english-embeddings`` measures another English embedder.
 
-    python -m benchmarks.tutorial_retrieval --tutorial ../shared/data/tutorial \\
+    python -m benchmarks.tutorial_retrieval --tutorial tutorial \\
         --hypothesis-cache benchmarks/results/hypotheses/small-sets-qwen2.5-coder-0.5b.sqlite \\
         --out benchmarks/results/tutorial_retrieval_qwen0.5b.json
 """
@@ -90,7 +90,7 @@ def _score(question: dict[str, Any], docs: list[Any]) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--tutorial", type=Path, default=Path("../shared/data/tutorial"))
+    parser.add_argument("--tutorial", type=Path, default=Path("tutorial"))
     parser.add_argument("--llm", help="hypothesis writer (default: the package's)")
     parser.add_argument("--max-tokens", type=int, help="writer's cap (default: its own)")
     parser.add_argument("--k", type=int, default=4)

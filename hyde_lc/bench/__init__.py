@@ -5,7 +5,7 @@ models).
 
 Example:
     >>> from hyde_lc.bench import run_benchmark, write_report
-    >>> report = run_benchmark("../shared/data/scifact", limit=20)  # doctest: +SKIP
+    >>> report = run_benchmark("scifact", limit=20)  # doctest: +SKIP
     >>> write_report(report, Path("bench-out"))  # doctest: +SKIP
 
 """

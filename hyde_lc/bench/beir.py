@@ -2,7 +2,7 @@
 
 Example:
     >>> from hyde_lc.bench.beir import load_beir
-    >>> data = load_beir("../shared/data/scifact", split="test")  # doctest: +SKIP
+    >>> data = load_beir("scifact", split="test")  # doctest: +SKIP
     >>> len(data.corpus), len(data.queries)  # doctest: +SKIP
     (5183, 300)
 

@@ -21,7 +21,7 @@ with the best no-LLM row.
 
 Example:
     >>> from hyde_lc.bench import run_benchmark
-    >>> report = run_benchmark("../shared/data/scifact", limit=20,
+    >>> report = run_benchmark("scifact", limit=20,
     ...                        llm_spec="local:smollm2-135m")  # doctest: +SKIP
     >>> print(report.markdown())  # doctest: +SKIP
 

@@ -19,7 +19,7 @@ noise cancels:
 
 Example:
     >>> from hyde_lc.bench.speed import run_speed
-    >>> report = run_speed("../shared/data/scifact", docs=100, queries=3,
+    >>> report = run_speed("scifact", docs=100, queries=3,
     ...                    scale_sizes=[2000])  # doctest: +SKIP
     >>> print(report.markdown())  # doctest: +SKIP
 

@@ -1,8 +1,8 @@
 """``hyde-lc bench`` and ``hyde-lc speed``: retrieval quality and speed on a BEIR dataset.
 
 Example:
-    $ hyde-lc bench ../shared/data/scifact --limit 100 --n 1 4 --prompts scifact generic
-    $ hyde-lc speed ../shared/data/scifact --docs 5183 --queries 20 --out speed-results
+    $ hyde-lc bench scifact --limit 100 --n 1 4 --prompts scifact generic
+    $ hyde-lc speed scifact --docs 5183 --queries 20 --out speed-results
 
 """
 
