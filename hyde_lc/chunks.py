@@ -35,9 +35,12 @@ SEARCH_KEYS = frozenset(
         "hyde_query_truncated",
         "hyde_hypotheses_dropped",
         "lexical_note",
+        "hit_chunk_index",
+        "hit_chunk_indexes",
     }
 )
-"""Metadata a search adds to a chunk: what it found, not what the chunk is."""
+"""Metadata a search adds to a chunk (or to a window of chunks, `hyde_lc.neighbors`):
+what it found, not what the chunk is."""
 
 
 def stored_metadata(metadata: dict[str, Any]) -> dict[str, Any]:

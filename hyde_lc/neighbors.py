@@ -51,6 +51,7 @@ from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStore
 from pydantic import field_validator, model_validator
 
+from hyde_lc.chunks import RetrievedChunk
 from hyde_lc.errors import InvalidSettingError
 from hyde_lc.language import is_cjk
 from hyde_lc.lexical import list_chunks
@@ -763,7 +764,7 @@ class NeighborExpandingRetriever(DetailedRetriever):
         timings["expansion_s"] = max(0.0, seconds - sum(timings.values()))
         return replace(
             first,
-            documents=windows,
+            documents=[RetrievedChunk.of(window) for window in windows],
             label=self.label,
             timings=timings,
             embedded_texts=[t for r in rounds for t in r.embedded_texts],

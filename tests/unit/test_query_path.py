@@ -14,6 +14,7 @@ from hyde_lc.chunks import RetrievedChunk
 from hyde_lc.errors import InvalidSettingError
 from hyde_lc.hyde_embeddings import HyDEEmbeddings
 from hyde_lc.hyde_transform import HyDETransform
+from hyde_lc.neighbors import NeighborExpandingRetriever
 from hyde_lc.retriever import HyDERetriever
 from tests.fakes import TOPICS, ScriptedChat
 
@@ -86,6 +87,16 @@ def test_multi_query_keeps_each_chunk_once(store):
     ids = [d.id for d in docs]
     assert len(ids) == len(set(ids)) == k
     assert len({d.metadata["score"] for d in docs}) > 1  # the scores are still there
+
+
+def test_multi_query_keeps_each_window_once(store):
+    """Windows of neighbour expansion too: one span of chunks is one Document."""
+    k = len(TOPICS)
+    rewrites = FakeListChatModel(responses=["Why do lighthouses use lenses?"])
+    wide = NeighborExpandingRetriever(base_retriever=HyDERetriever(vectorstore=store), k=k)
+    docs = MultiQueryRetriever.from_llm(retriever=wide, llm=rewrites).invoke(QUESTION)
+    ids = [d.id for d in docs]
+    assert len(ids) == len(set(ids)) == k
 
 
 def test_ensemble_keeps_each_chunk_once(store):
