@@ -339,6 +339,10 @@ class LocalChatModel(BaseChatModel):
     """Sampling seed; None draws a fresh one per call (so repeated calls differ)."""
     stop: list[str] | None = None
     """Stop sequences applied to every call."""
+    repeat_penalty: float | None = None
+    """llama.cpp's penalty on tokens seen in the last 64 (1.0 or None: off, its default)."""
+    frequency_penalty: float | None = None
+    """OpenAI-style penalty growing with a token's count so far (0 or None: off)."""
     context_size: int = Field(default_factory=default_context_size)
     """Context window per concurrent request (prompt plus output), in tokens
     (``HYDE_LC_N_CTX`` or 4,096). Memory grows with ``context_size * parallel``."""
@@ -378,6 +382,10 @@ class LocalChatModel(BaseChatModel):
         seed = kwargs.get("seed", self.seed)
         if seed is not None:
             request["seed"] = seed
+        for key in ("repeat_penalty", "frequency_penalty"):
+            value = kwargs.get(key, getattr(self, key))
+            if value is not None:
+                request[key] = value
         stops = stop or self.stop
         if stops:
             request["stop"] = list(stops)

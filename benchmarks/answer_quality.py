@@ -1,0 +1,260 @@
+"""Answer quality of the local answer model: repetition, refusals, keyword recall, first word.
+
+Sets: ``sample`` and ``sample-zh`` (the bundled samples' question files: answerable
+questions with keywords, and unanswerable ones) and ``tutorial`` (the tutorial set's
+``val.json`` over ``AI_Information.pdf``: questions with ideal answers, some marked
+unanswerable). Retrieval is the default hybrid search without hypotheses (k=4), so every
+candidate is given the same passages; each question goes through
+``build_answer_chain(...).stream(question)``. Per candidate and set:
+
+* repeated 8-gram: share of answers in which a sequence of 8 words (characters, for
+  Chinese) occurs twice; repeated sentence: share in which a sentence (citations removed)
+  occurs twice;
+* correct refusals: unanswerable questions answered with a refusal
+  (`benchmarks.sample_qa.abstained`);
+* keyword recall: on the samples, the share of answerable questions' keywords found in
+  the answer; on the tutorial set, the share of the ideal answer's content words
+  (`benchmarks.neighbor_context.content_words`) found in it; false refusals on answerable
+  questions count as recall 0;
+* first word: median seconds from ``stream`` to the first answer text (retrieval included).
+
+Candidates (``--candidates``): ``today`` (the shipped settings), ``repeat1.1``
+(llama.cpp ``repeat_penalty`` 1.1), ``freq0.3`` (``frequency_penalty`` 0.3), ``strict``
+(a stricter refusal instruction in the answer prompt).
+
+    python -m benchmarks.answer_quality --tutorial path/to/tutorial \\
+        --out benchmarks/results/answer_quality.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import re
+import statistics
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from contextlib import contextmanager
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import hyde_lc.answer as answer_module
+from benchmarks.neighbor_context import content_words
+from benchmarks.sample_qa import abstained
+from hyde_lc import (
+    HyDERetriever,
+    build_answer_chain,
+    ingest_paths,
+    load_embeddings,
+    load_llm,
+    open_store,
+    sample_files,
+)
+from hyde_lc.samples import sample_questions
+
+STRICT_REFUSAL = (
+    " Answer only what the passages state. If they do not name the person, place, date or "
+    "fact asked about, do not guess and do not name anything else: reply with that sentence "
+    "alone."
+)
+
+CANDIDATES: dict[str, dict[str, Any]] = {
+    "today": {},
+    "repeat1.1": {"llm": {"repeat_penalty": 1.1}},
+    "freq0.3": {"llm": {"frequency_penalty": 0.3}},
+    "strict": {"system_suffix": STRICT_REFUSAL},
+}
+
+
+@contextmanager
+def _system_suffix(suffix: str):
+    """Append ``suffix`` to the answer prompt's system text while measuring.
+
+    The prompt is module state in hyde_lc.answer; swapping it here keeps the candidate
+    out of the product until it is chosen.
+    """
+    saved = answer_module._SYSTEM, answer_module.ANSWER_PROMPT
+    answer_module._SYSTEM = saved[0] + suffix
+    answer_module.ANSWER_PROMPT = answer_module._prompt(
+        answer_module._SYSTEM.format(refusal=answer_module.NOT_ENOUGH_INFORMATION)
+    )
+    try:
+        yield
+    finally:
+        answer_module._SYSTEM, answer_module.ANSWER_PROMPT = saved
+
+
+def _tokens(text: str) -> list[str]:
+    """Words, and each CJK character as a word."""
+    return re.findall(r"[\u3400-\u9fff]|[^\W\d_]+|\d+", text.lower())
+
+
+def repeated_ngram(text: str, n: int = 8) -> bool:
+    tokens = _tokens(text)
+    grams = Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
+    return any(c > 1 for c in grams.values())
+
+
+def repeated_sentence(text: str) -> bool:
+    text = re.sub(r"\[\d+(?:,\s*\d+)*\]", "", text)
+    sentences = [" ".join(_tokens(s)) for s in re.split(r"[.!?。！？\n]+", text)]
+    counts = Counter(s for s in sentences if len(s) >= 12)
+    return any(c > 1 for c in counts.values())
+
+
+def _sets(tutorial: Path | None, names: list[str]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for name, language, model in (
+        ("sample", "en", "local:minilm"),
+        ("sample-zh", "zh", "local:multilingual-e5-small"),
+    ):
+        if name not in names:
+            continue
+        lines = sample_questions(language).read_text(encoding="utf-8").splitlines()
+        out[name] = {
+            "files": sample_files(language),
+            "embeddings": model,
+            "questions": [
+                {
+                    "question": q["question"],
+                    "answerable": q.get("page") is not None,
+                    "keywords": q["keywords"],
+                }
+                for q in map(json.loads, filter(str.strip, lines))
+            ],
+        }
+    if tutorial is not None and "tutorial" in names:
+        items = json.loads((tutorial / "val.json").read_text())
+        out["tutorial"] = {
+            "files": [tutorial / "AI_Information.pdf"],
+            "embeddings": "local:minilm",
+            "questions": [
+                {
+                    "question": q["question"],
+                    "answerable": q["has_answer"],
+                    "keywords": sorted(content_words(q["ideal_answer"])),
+                }
+                for q in items
+            ],
+        }
+    return out
+
+
+def _recall(answer: str, keywords: list[str], words: bool) -> float:
+    if not keywords:
+        return 0.0
+    if words:  # tutorial: content words of the ideal answer
+        found = content_words(answer)
+        return sum(k in found for k in keywords) / len(keywords)
+    text = answer.lower().replace(",", "")
+    return sum(k.lower().replace(",", "") in text for k in keywords) / len(keywords)
+
+
+def run(sets: dict[str, dict[str, Any]], candidates: list[str], spec: str, k: int) -> list[dict]:
+    rows = []
+    for name, data in sets.items():
+        store = open_store(
+            tempfile.mkdtemp(prefix=f"hyde-aq-{name}-"),
+            embeddings=load_embeddings(data["embeddings"]),
+        )
+        ingest_paths(data["files"], store, progress=False)
+        retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, k=k)
+        for label in candidates:
+            config = CANDIDATES[label]
+            llm = load_llm(spec, role="answer", **config.get("llm", {}))
+            llm.invoke("Warm up.", max_tokens=1)
+            with _system_suffix(config.get("system_suffix", "")):
+                chain = build_answer_chain(retriever, llm)
+                for q in data["questions"]:
+                    start = time.perf_counter()
+                    first = None
+                    parts = []
+                    for chunk in chain.stream(q["question"]):
+                        piece = chunk.get("answer", "")
+                        if piece and first is None and piece.strip():
+                            first = time.perf_counter() - start
+                        parts.append(piece)
+                    answer = "".join(parts)
+                    refused = abstained(answer)
+                    rows.append(
+                        {
+                            "set": name,
+                            "candidate": label,
+                            "question": q["question"],
+                            "answerable": q["answerable"],
+                            "refused": refused,
+                            "recall": (
+                                0.0
+                                if refused
+                                else _recall(answer, q["keywords"], name == "tutorial")
+                            )
+                            if q["answerable"]
+                            else None,
+                            "repeated_8gram": repeated_ngram(answer),
+                            "repeated_sentence": repeated_sentence(answer),
+                            "first_word_s": first,
+                            "total_s": time.perf_counter() - start,
+                            "answer": answer,
+                        }
+                    )
+                    r = rows[-1]
+                    print(
+                        f"{name} {label:9} rep={r['repeated_8gram']:d} ref={refused:d} "
+                        f"{r['total_s']:5.1f}s {q['question'][:50]}",
+                        flush=True,
+                    )
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| set | candidate | repeated 8-gram | repeated sentence | correct refusals "
+        "| false refusals | keyword recall | first word s (median) | answer s (median) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key in dict.fromkeys((r["set"], r["candidate"]) for r in rows):
+        group = [r for r in rows if (r["set"], r["candidate"]) == key]
+        ans = [r for r in group if r["answerable"]]
+        una = [r for r in group if not r["answerable"]]
+        firsts = [r["first_word_s"] for r in group if r["first_word_s"] is not None]
+        lines.append(
+            f"| {key[0]} | {key[1]} | {sum(r['repeated_8gram'] for r in group)}/{len(group)} "
+            f"| {sum(r['repeated_sentence'] for r in group)}/{len(group)} "
+            f"| {sum(r['refused'] for r in una)}/{len(una)} "
+            f"| {sum(r['refused'] for r in ans)}/{len(ans)} "
+            f"| {statistics.mean(r['recall'] for r in ans):.2f} "
+            f"| {statistics.median(firsts) if firsts else float('nan'):.1f} "
+            f"| {statistics.median(r['total_s'] for r in group):.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--llm", default="local:qwen2.5-coder-1.5b")
+    parser.add_argument("--tutorial", type=Path, help="folder with val.json, AI_Information.pdf")
+    parser.add_argument(
+        "--sets", nargs="+", default=["sample", "sample-zh", "tutorial"],
+        choices=["sample", "sample-zh", "tutorial"],
+    )  # fmt: skip
+    parser.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=CANDIDATES)
+    parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/answer_quality.json"))
+    args = parser.parse_args()
+    rows = run(_sets(args.tutorial, args.sets), args.candidates, args.llm, args.k)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    meta = {"date": date.today().isoformat(), "commit": commit, "llm": args.llm, "k": args.k}
+    meta["machine"] = platform.machine()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, ensure_ascii=False))
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
