@@ -154,8 +154,19 @@ def _recall(answer: str, keywords: list[str], words: bool) -> float:
     return sum(k.lower().replace(",", "") in text for k in keywords) / len(keywords)
 
 
-def run(sets: dict[str, dict[str, Any]], candidates: list[str], spec: str, k: int) -> list[dict]:
+def run(
+    sets: dict[str, dict[str, Any]], candidates: list[str], spec: str, k: int, log: Path
+) -> list[dict]:
+    """Answer every question per candidate; each row is also appended to ``log`` as made."""
     rows = []
+    done = set()
+    if log.exists():  # resume: rows already measured are kept, not measured again
+        rows = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+        done = {(r["set"], r["candidate"], r["question"]) for r in rows}
+    llms = {}
+    for label in candidates:
+        llms[label] = load_llm(spec, role="answer", **CANDIDATES[label].get("llm", {}))
+        llms[label].invoke("Warm up.", max_tokens=1)
     for name, data in sets.items():
         store = open_store(
             tempfile.mkdtemp(prefix=f"hyde-aq-{name}-"),
@@ -163,13 +174,14 @@ def run(sets: dict[str, dict[str, Any]], candidates: list[str], spec: str, k: in
         )
         ingest_paths(data["files"], store, progress=False)
         retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, k=k)
-        for label in candidates:
-            config = CANDIDATES[label]
-            llm = load_llm(spec, role="answer", **config.get("llm", {}))
-            llm.invoke("Warm up.", max_tokens=1)
-            with _system_suffix(config.get("system_suffix", "")):
-                chain = build_answer_chain(retriever, llm)
-                for q in data["questions"]:
+        # Questions outside, candidates inside: a run stopped early has compared every
+        # candidate on the same questions.
+        for q in data["questions"]:
+            for label in candidates:
+                if (name, label, q["question"]) in done:
+                    continue
+                with _system_suffix(CANDIDATES[label].get("system_suffix", "")):
+                    chain = build_answer_chain(retriever, llms[label])
                     start = time.perf_counter()
                     first = None
                     parts = []
@@ -202,6 +214,8 @@ def run(sets: dict[str, dict[str, Any]], candidates: list[str], spec: str, k: in
                         }
                     )
                     r = rows[-1]
+                    with log.open("a", encoding="utf-8") as f:
+                        f.write(json.dumps(r, ensure_ascii=False) + "\n")
                     print(
                         f"{name} {label:9} rep={r['repeated_8gram']:d} ref={refused:d} "
                         f"{r['total_s']:5.1f}s {q['question'][:50]}",
@@ -226,7 +240,7 @@ def table(rows: list[dict]) -> str:
             f"| {sum(r['repeated_sentence'] for r in group)}/{len(group)} "
             f"| {sum(r['refused'] for r in una)}/{len(una)} "
             f"| {sum(r['refused'] for r in ans)}/{len(ans)} "
-            f"| {statistics.mean(r['recall'] for r in ans):.2f} "
+            f"| {statistics.mean(r['recall'] for r in ans) if ans else float('nan'):.2f} "
             f"| {statistics.median(firsts) if firsts else float('nan'):.1f} "
             f"| {statistics.median(r['total_s'] for r in group):.1f} |"
         )
@@ -244,8 +258,17 @@ def main() -> None:
     parser.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=CANDIDATES)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/answer_quality.json"))
+    parser.add_argument(
+        "--report", action="store_true", help="print the table of the rows in --out's .jsonl"
+    )
     args = parser.parse_args()
-    rows = run(_sets(args.tutorial, args.sets), args.candidates, args.llm, args.k)
+    if args.report:
+        lines = args.out.with_suffix(".jsonl").read_text(encoding="utf-8").splitlines()
+        print(table([json.loads(line) for line in lines]))
+        return
+    log = args.out.with_suffix(".jsonl")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    rows = run(_sets(args.tutorial, args.sets), args.candidates, args.llm, args.k, log)
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
     ).stdout.strip()
