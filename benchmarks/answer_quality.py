@@ -174,9 +174,9 @@ def run(
         )
         ingest_paths(data["files"], store, progress=False)
         retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, k=k)
-        # Questions outside, candidates inside: a run stopped early has compared every
-        # candidate on the same questions.
-        for q in data["questions"]:
+        # Questions outside, candidates inside, unanswerable ones first: a run stopped
+        # early has compared every candidate on the same questions, refusals included.
+        for q in sorted(data["questions"], key=lambda q: q["answerable"]):
             for label in candidates:
                 if (name, label, q["question"]) in done:
                     continue
