@@ -15,7 +15,7 @@ from hyde_lc.bge_embeddings import (
     BGE_TOKENIZER,
     BgeSmallEmbeddings,
 )
-from hyde_lc.errors import ModelNotInstalledError, WeightChecksumError
+from hyde_lc.errors import ModelFileError, ModelNotInstalledError, WeightChecksumError
 from hyde_lc.local_embeddings import MiniLMEmbeddings
 from hyde_lc.models import load_embeddings
 
@@ -109,6 +109,7 @@ def test_weights_of_another_release_fail_their_checksum(monkeypatch, tmp_path):
         (tmp_path / file.filename).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / file.filename).write_bytes(b"not the published file")
     monkeypatch.setattr(weights, "package_dir", lambda module: tmp_path)
-    emb = load_embeddings("local:bge-small-en-v1.5")  # present: accepted until first use
-    with pytest.raises(WeightChecksumError, match=BGE_SHA256[BGE_ONNX.filename]):
-        emb.embed_query("anything")
+    # refused when the files are first read (the weights check at loading, or the
+    # embedder's own at first use), naming the published checksum
+    with pytest.raises((ModelFileError, WeightChecksumError), match=BGE_SHA256[BGE_ONNX.filename]):
+        load_embeddings("local:bge-small-en-v1.5").embed_query("anything")
