@@ -42,6 +42,7 @@ from hyde_lc.bench.retrieval import (
     BenchMode,
     corpus_index,
     paired_bootstrap,
+    paired_cell,
     run_benchmark,
 )
 from hyde_lc.models import load_embeddings
@@ -187,13 +188,6 @@ def main() -> None:
     print(markdown(rows, meta))
 
 
-def _cell(value: dict | None) -> str:
-    if not value:
-        return ""
-    low, high = value["ci"]
-    return f"{100 * value['delta']:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]"
-
-
 def markdown(rows: list[dict], meta: dict) -> str:
     """The rows as a Markdown table, then the ingest figures."""
     lines = [
@@ -204,8 +198,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
         m = row["metrics"]
         lines.append(
             f"| {row['model']} | {row['configuration']} | {100 * m['nDCG@10']:.1f} "
-            f"| {100 * m['R@100']:.1f} | {_cell(row.get('vs_reference'))} "
-            f"| {_cell(row.get('vs_first_window'))} |"
+            f"| {100 * m['R@100']:.1f} | {paired_cell(row.get('vs_reference'))} "
+            f"| {paired_cell(row.get('vs_first_window'))} |"
         )
     lines += ["", "| model | corpus CPU-s | corpus wall s |", "|---|---|---|"]
     for label, t in meta["corpus_embedding"].items():

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from hyde_lc.bench import BenchMode, run_benchmark
-from hyde_lc.bench.retrieval import HYBRID, compare
+from hyde_lc.bench.retrieval import HYBRID, compare, paired_cell
 
 GRID_DOCS = (3, 5, 10)
 GRID_VECTOR_WEIGHTS = (0.3, 0.5)
@@ -133,11 +133,7 @@ def main() -> None:
     ]
     for r, row in zip(report.results, rows, strict=True):
         vs = row["vs_hybrid"]
-        cell = (
-            ""
-            if vs is None
-            else f"{100 * vs['delta']:+.1f} [{100 * vs['ci'][0]:+.1f}, {100 * vs['ci'][1]:+.1f}]"
-        )
+        cell = paired_cell(vs)
         lines.append(
             f"| {r.mode.label} | {100 * r.metrics['nDCG@10']:.1f} | {100 * r.metrics['R@100']:.1f}"
             f" | {cell} | {r.fallbacks if r.mode.n_hypotheses else ''} |"

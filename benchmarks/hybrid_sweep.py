@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from hyde_lc.bench.beir import load_beir
-from hyde_lc.bench.retrieval import corpus_index, ir_metrics, paired_bootstrap
+from hyde_lc.bench.retrieval import corpus_index, ir_metrics, paired_bootstrap, paired_cell
 from hyde_lc.fusion import fuse_mean, reciprocal_rank_fusion, score_fusion
 from hyde_lc.hypotheses import llm_identity, sample_keys
 from hyde_lc.hypothesis_cache import HypothesisCache
@@ -299,11 +299,7 @@ def write(
         cells = []
         for label in ("vs_dense", "vs_best_no_llm"):
             v = r.get(label)
-            cells.append(
-                ""
-                if v is None
-                else f"{100 * v['delta']:+.1f} [{100 * v['ci'][0]:+.1f}, {100 * v['ci'][1]:+.1f}]"
-            )
+            cells.append(paired_cell(v))
         m = r["metrics"]
         lines.append(
             f"| {r['config']['name']} | {100 * m['nDCG@10']:.1f} | {100 * m['R@100']:.1f}"

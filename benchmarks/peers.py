@@ -64,6 +64,7 @@ from hyde_lc.bench.retrieval import (
     corpus_lexical,
     ir_metrics,
     paired_bootstrap,
+    paired_cell,
 )
 from hyde_lc.hypotheses import llm_identity, sample_keys
 from hyde_lc.hypothesis_cache import HypothesisCache
@@ -330,11 +331,7 @@ def markdown(rows: dict[str, dict], timing: dict[str, dict], meta: dict) -> str:
         cells = []
         for ref in REFERENCES:
             v = row.get(f"vs {ref}")
-            cells.append(
-                ""
-                if v is None
-                else f"{100 * v['delta']:+.1f} [{100 * v['ci'][0]:+.1f}, {100 * v['ci'][1]:+.1f}]"
-            )
+            cells.append(paired_cell(v))
         m = row["metrics"]
         lines.append(
             f"| {name} | {100 * m['nDCG@10']:.1f} | {100 * m['R@100']:.1f} "

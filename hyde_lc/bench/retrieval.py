@@ -604,6 +604,20 @@ def paired_bootstrap(
     return float(statistic(diffs)), (float(ci.low), float(ci.high))
 
 
+def paired_cell(value: dict[str, Any] | None) -> str:
+    """A paired difference ``{"delta", "ci"}`` (fractions) as a table cell, in points.
+
+    Example:
+        >>> paired_cell({"delta": 0.005, "ci": [0.0, 0.011]})
+        '+0.5 [+0.0, +1.1]'
+
+    """
+    if not value:
+        return ""
+    low, high = value["ci"]
+    return f"{100 * value['delta']:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]"
+
+
 def compare(reference: ModeResult, other: ModeResult) -> Comparison:
     """``other``'s nDCG@10 minus ``reference``'s, paired by query."""
     order = sorted(reference.per_query_ndcg)
