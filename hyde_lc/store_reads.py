@@ -12,7 +12,7 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -147,14 +147,7 @@ def iter_pages(
 
     ``where`` is used as given: pass it through `visible_where` to see what searches see.
     """
-    offset = 0
-    while True:
-        page = raw_get(store, where=where, include=list(include), limit=page_size, offset=offset)
-        if page["ids"]:
-            yield page
-        if len(page["ids"]) < page_size:
-            return
-        offset += page_size
+    return _paged(lambda **kwargs: raw_get(store, **kwargs), where, include, page_size)
 
 
 def collection_pages(
@@ -164,9 +157,16 @@ def collection_pages(
     page_size: int = _PAGE,
 ) -> Iterator[dict[str, Any]]:
     """`iter_pages` over a chromadb collection itself (e.g. a companion collection)."""
+    return _paged(collection.get, where, include, page_size)
+
+
+def _paged(
+    get: Callable[..., Any], where: dict | None, include: Sequence[str], page_size: int
+) -> Iterator[dict[str, Any]]:
+    """``get``'s records matching ``where``, ``page_size`` at a time, until a short page."""
     offset = 0
     while True:
-        page = collection.get(where=where, include=list(include), limit=page_size, offset=offset)
+        page = get(where=where, include=list(include), limit=page_size, offset=offset)
         if page["ids"]:
             yield page
         if len(page["ids"]) < page_size:
