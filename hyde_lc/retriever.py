@@ -118,11 +118,9 @@ from hyde_lc.hyde_transform import (
     Fusion,
     HyDETransform,
     check_fusion,
-    check_gate,
     check_n_hypotheses,
     check_prompt,
     check_query_weight,
-    check_timeout,
 )
 from hyde_lc.hypotheses import Hypotheses
 from hyde_lc.lexical import DEFAULT_QUERY_REPEATS, LexicalSearch, lexical_search_for
@@ -510,7 +508,6 @@ class HyDERetriever(DetailedRetriever):
     def _check_combination(self) -> HyDERetriever:
         if "n_hypotheses" not in self.model_fields_set and self.hypothesis_llm is None:
             self.n_hypotheses = 0  # no writer given: search the question itself
-        check_timeout(self.timeout)
         check_query_weight(self.query_weight)
         if self.query_weight is not None and (self.fusion == "concat" or not self.include_query):
             if "query_weight" in self.model_fields_set:
@@ -520,7 +517,6 @@ class HyDERetriever(DetailedRetriever):
                     "query_weight unset"
                 )
             self.query_weight = None  # the default applies where the query is fused
-        check_gate(self.min_hypothesis_similarity, self.fusion)
         if "k" in self.search_kwargs:  # the usual LangChain spelling: it sets the default k
             self.search_kwargs = dict(self.search_kwargs)
             self.k = valid_k(self.search_kwargs.pop("k"))
@@ -529,7 +525,7 @@ class HyDERetriever(DetailedRetriever):
                 "HyDERetriever needs embeddings: pass embeddings=... (the model the store's "
                 "vectors were made with), or a store that carries its embedding function"
             )
-        self.hyde_transform  # noqa: B018  (the units check the rest: n, weights, candidates)
+        self.hyde_transform  # noqa: B018  (the units check the rest: timeout, gate, weights, ...)
         self._search_unit(None)
         self._check_feedback()
         check_embeddings(self.vectorstore, self.embedding_model)
