@@ -794,9 +794,7 @@ class HyDERetriever(DetailedRetriever):
         query, note, k, transform, search = self._prepare(query, kwargs)
         early = None
         if transform.embeds_query_early:
-            early = asyncio.ensure_future(
-                run_in_executor(None, transform.embeddings.embed_query, query)
-            )
+            early = asyncio.ensure_future(transform.embeddings.aembed_query(query))
         lexical = None if transform.writes else search.start_lexical(query, (), k)
         start = time.perf_counter()
         try:
@@ -811,7 +809,7 @@ class HyDERetriever(DetailedRetriever):
         start = time.perf_counter()
 
         async def aembed(vector: list[float] | None) -> Embedded:
-            return await run_in_executor(None, transform.embed, query, written.texts, vector)
+            return await transform.aembed(query, written.texts, vector)
 
         with settled(lexical):
             query_vector = await early if early is not None else None
