@@ -27,6 +27,13 @@ so a query never meets an empty or half-built index. A document being written in
 (its `hyde_lc.store.DOC_VERSION` listed as pending) is never returned until it is whole:
 a winner written after the state a search used makes it read the state again.
 
+A change made outside hyde_lc that keeps the count (another program deleting one chunk and
+adding another with chromadb, or rewriting a chunk's text in place) is found by the
+*audit*: every `AUDIT_INTERVAL_S` seconds (``HYDE_LC_AUDIT_INTERVAL``; the time of the last
+one is kept with the index, so short-lived processes share it), a background thread
+compares the fingerprint of every chunk in Chroma with the index's
+(`hyde_lc.lexical.chunk_digest`) and indexes just the difference. Searches go on meanwhile.
+
 A writer killed mid-write leaves chunks stamped past the head, or deletions logged and
 not done: the next writer rolls that write forward (finishes the deletions, takes a
 sequence number past it). Until then, readers of a store folder index what it wrote at
@@ -62,7 +69,7 @@ from langchain_core.documents import Document
 from hyde_lc import store as chroma
 from hyde_lc.env_settings import env_float
 from hyde_lc.errors import InvalidSettingError
-from hyde_lc.lexical import LexicalIndex, LexicalSearch, read_state
+from hyde_lc.lexical import LexicalIndex, LexicalSearch, chunk_digest, read_state
 from hyde_lc.locks import file_lock, is_locked
 
 logger = logging.getLogger(__name__)
@@ -74,6 +81,14 @@ REFRESH_ENV = "HYDE_LC_REFRESH_INTERVAL"
 REFRESH_INTERVAL_S = 1.0
 """How old (seconds) a search may take the collection's state to be: another client's
 write reaches this process's searches within it; this process's own writes at once."""
+AUDIT_ENV = "HYDE_LC_AUDIT_INTERVAL"
+AUDIT_INTERVAL_S = 600.0
+"""How often (seconds) the index's contents are compared with the collection's in the
+background (`HybridCollection.audit`): the longest a change made outside hyde_lc that keeps
+the chunk count goes unseen by the lexical side."""
+AUDIT_MAX_CHANGES = 20_000
+"""An audit that finds more chunks changed than this rebuilds the index instead (the texts
+it would hold to apply them are bounded by this)."""
 CURRENT_FILE = "CURRENT"
 """In an index's base folder: the name of the index folder in use."""
 _PAGE = 1000
@@ -90,6 +105,37 @@ def refresh_interval() -> float:
         what="seconds: how old the collection's state a search may use; 0 reads it for "
         "every search",
     )
+
+
+def audit_interval() -> float:
+    """`AUDIT_INTERVAL_S`, or ``$HYDE_LC_AUDIT_INTERVAL`` (seconds; 0 turns the audit off)."""
+    return env_float(
+        AUDIT_ENV,
+        AUDIT_INTERVAL_S,
+        low=0,
+        high=7 * 86400,
+        what="seconds between background comparisons of the lexical index with its "
+        "collection; 0 turns them off",
+    )
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """What one `HybridCollection.audit` found and did."""
+
+    checked: int
+    """Chunks compared (the collection's, pending versions included)."""
+    indexed: list[str]
+    """Chunks (re)indexed: missing from the index, or held with other text or metadata."""
+    removed: list[str]
+    """Chunks the index held that the collection no longer has."""
+    rebuilt: bool = False
+    """Whether so much had changed that the index was rebuilt instead."""
+
+    @property
+    def changed(self) -> bool:
+        """Whether the index differed from the collection."""
+        return bool(self.indexed or self.removed or self.rebuilt)
 
 
 @dataclass(frozen=True)
@@ -214,6 +260,8 @@ _DAMAGED: set[str] = set()
 """Index folders found damaged (warned once each; the rebuild replaces them)."""
 _UNWRITABLE: set[str] = set()
 """Collections whose lexical index could not be written (warned once each)."""
+_AUDITING: set[str] = set()
+"""Collections with an audit running in this process (one at a time each)."""
 _SNAPSHOTS: dict[str, Snapshot] = {}
 """The last state read of each collection in this process (shared by every store object
 over it, so that a write through one is seen at once through the others)."""
@@ -239,6 +287,7 @@ class HybridCollection:
         self._key = f"{where}\0{chroma.collection_name(store)}"
         self._base: Path | None = None
         self._counted_at: float | None = None
+        self._audit_check_at = 0.0
         self._refresh_lock = threading.RLock()
         self._index: LexicalIndex | None = None
         self._index_name: str | None = None
@@ -301,7 +350,8 @@ class HybridCollection:
             fresh = self._read_snapshot()
             self._after_refresh(fresh)
             self._snapshot = fresh
-            return fresh
+        self._audit_if_due()
+        return fresh
 
     def forget_snapshot(self) -> None:
         """Make the next search read the state afresh (after this process wrote)."""
@@ -676,6 +726,124 @@ class HybridCollection:
             len(deleted),
         )
         return True
+
+    # -- the audit ----------------------------------------------------------------------------
+
+    def _audit_if_due(self) -> None:
+        """Start `audit` in a background thread when the last one is `audit_interval` old."""
+        interval = audit_interval()
+        now = time.monotonic()
+        if not interval or self.base is None or now < self._audit_check_at:
+            return
+        self._audit_check_at = now + min(interval, 60.0)  # the state file read at most this often
+        index = self._index
+        state = read_state(index.path) if index is not None else None
+        if state is None or time.time() - (state.audited_at or 0.0) < interval:
+            return
+        with _BY_STORE_LOCK:
+            if self._key in _AUDITING:
+                return
+            _AUDITING.add(self._key)
+        assert index is not None
+        try:
+            with self._index_lock():  # claimed: other processes wait for the next interval
+                index.mark_audited()
+        except BaseException:
+            _AUDITING.discard(self._key)
+            raise
+        thread = threading.Thread(
+            target=self._audit_in_background, name="hyde_lc-audit", daemon=True
+        )
+        thread.start()
+
+    def _audit_in_background(self) -> None:
+        try:
+            self.audit()
+        except Exception as exc:  # a background check must never take the process down
+            logger.warning(
+                "could not compare the lexical index of %s with its collection (%s); "
+                "the next audit tries again",
+                chroma.collection_name(self.store),
+                exc,
+            )
+        finally:
+            _AUDITING.discard(self._key)
+
+    def audit(self) -> AuditResult | None:
+        """Compare every chunk's fingerprint in Chroma with the index's; index the difference.
+
+        Finds what the change feed and the count cannot: a change made outside hyde_lc
+        that keeps the count (a chunk deleted and another added with chromadb, a text
+        rewritten in place). Costs one read of every chunk's text and metadata (in pages)
+        and no embedding; searches go on meanwhile. Changes are applied only if no write
+        began or finished while the collection was read (else None: nothing was decided,
+        and the next audit tries again). Runs by itself every `audit_interval` seconds;
+        call it to check at once.
+
+        Example:
+            >>> hybrid = HybridCollection.of(store)  # doctest: +SKIP
+            >>> hybrid.audit().changed  # doctest: +SKIP
+            False
+
+        """
+        collection = self.chroma_collection()
+        if collection is None or self.base is None:
+            return None
+        index = self.sync(max_age=0)
+        quiet = self._quiet_head()
+        if index is None or quiet is None:
+            return None
+        name, cursor = self._index_name, index.cursor()
+        held = index.contents()
+        ids = [str(i) for i in collection.get(include=[])["ids"]]
+        changed: list[tuple[str, str, dict[str, Any]]] = []
+        step = _PAGE * 5
+        for start in range(0, len(ids), step):
+            got = collection.get(ids=ids[start : start + step], include=["documents", "metadatas"])
+            for id_, text, meta in zip(
+                got["ids"], got["documents"] or [], got["metadatas"] or [], strict=True
+            ):
+                chunk = (str(id_), text or "", dict(meta or {}))
+                if held.pop(chunk[0], None) != chunk_digest(chunk[1], chunk[2]):
+                    keep = len(changed) < AUDIT_MAX_CHANGES  # past it: rebuilt, ids only
+                    changed.append(chunk if keep else (chunk[0], "", {}))
+        removed = list(held)  # what the index holds and the collection no longer has
+        result = AuditResult(len(ids), [c[0] for c in changed], removed)
+        many = len(changed) + len(removed) > AUDIT_MAX_CHANGES
+        with self._index_lock():
+            if self._open_index() is not index or self._index_name != name:
+                return None  # switched to a rebuilt index meanwhile
+            index.reload()
+            if self._quiet_head() != quiet or index.cursor() != cursor:
+                return None  # a write came meanwhile: its own changes keep the index right
+            if not result.changed:
+                index.mark_audited()
+                return result
+            if not many and not self._apply(index, changed, removed):
+                many = True
+            if not many:
+                index.mark_audited()
+        logger.warning(
+            "%s: %d chunks were added or changed and %d deleted outside hyde_lc (with "
+            "chromadb directly?); the lexical index %s",
+            chroma.collection_name(self.store),
+            len(changed),
+            len(removed),
+            "is rebuilt" if many else "took them",
+        )
+        if many:
+            self.rebuild()
+            return AuditResult(len(ids), result.indexed, result.removed, rebuilt=True)
+        self.forget_snapshot()
+        return result
+
+    def _quiet_head(self) -> int | None:
+        """The head, or None while a write is under way (marked, or past the head)."""
+        metadata = chroma.fresh_metadata(self.store)
+        head = int(metadata.get(chroma.META_HEAD) or 0)
+        if metadata.get(chroma.META_WRITING) is not None or self._write_under_way(head):
+            return None
+        return head
 
     def rebuild(self) -> None:
         """Index every chunk of the collection afresh in a new folder, then switch to it.

@@ -36,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -73,7 +74,7 @@ _TOKEN = re.compile(rf"[{_CJK}]+|(?:(?![{_CJK}])\w){{2,}}")
 _IS_CJK = re.compile(rf"[{_CJK}]")
 DEFAULT_QUERY_REPEATS = 5
 """The question's weight against one hypothesis in the lexical query (query2doc's 5)."""
-FORMAT = 3
+FORMAT = 4
 """Version of the on-disk layout; another version is rebuilt, never misread."""
 
 
@@ -125,12 +126,15 @@ class IndexState:
     """What an index folder reflects: its layout version, and how far along its collection.
 
     ``cursor`` is the last write of the collection's change feed the index holds
-    (`hyde_lc.collection`); ``chunks`` how many chunks it held when that was recorded.
+    (`hyde_lc.collection`); ``chunks`` how many chunks it held when that was recorded;
+    ``audited_at`` when (``time.time()``) its contents were last compared with the
+    collection's (`hyde_lc.hybrid_collection.HybridCollection.audit`), or built from them.
     """
 
     format: int
     cursor: int | None
     chunks: int
+    audited_at: float | None = None
 
 
 _META_SEP = "\x1f"
@@ -157,6 +161,30 @@ def meta_term(key: str, value: Any) -> str | None:
     else:
         return None
     return f"{key}{_META_SEP}{typed}"
+
+
+def chunk_digest(text: str, metadata: dict[str, Any] | None = None) -> str:
+    """A short fingerprint of what the index holds of a chunk: its text and filterable metadata.
+
+    Two chunks with the same digest are indexed alike, so comparing digests tells which
+    chunks of a collection the index no longer reflects (changed outside hyde_lc).
+
+    Example:
+        >>> chunk_digest("fog", {"page": 3}) == chunk_digest("fog", {"page": 3.0})
+        True
+        >>> chunk_digest("fog") == chunk_digest("fog horns")
+        False
+
+    """
+    terms = sorted(
+        term
+        for key, value in (metadata or {}).items()
+        if (term := meta_term(str(key), value)) is not None
+    )
+    hasher = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8)
+    for term in terms:
+        hasher.update(b"\x1e" + term.encode("utf-8", "surrogatepass"))
+    return hasher.hexdigest()
 
 
 class LexicalIndex:
@@ -190,6 +218,7 @@ class LexicalIndex:
         builder.add_text_field("id", stored=True, tokenizer_name="raw", index_option="basic")
         builder.add_text_field("meta", tokenizer_name="raw", index_option="basic")
         builder.add_text_field("terms", tokenizer_name="whitespace", index_option="freq")
+        builder.add_text_field("digest", stored=True, tokenizer_name="raw", index_option="basic")
         self._schema = builder.build()
         if path is not None:
             path.mkdir(parents=True, exist_ok=True)
@@ -257,6 +286,7 @@ class LexicalIndex:
             if term is not None:
                 doc.add_text("meta", term)
         doc.add_text("terms", " ".join(analyze(chunk[1])))
+        doc.add_text("digest", chunk_digest(chunk[1], metadata))
         return doc
 
     def clear(self) -> None:
@@ -279,6 +309,18 @@ class LexicalIndex:
     def __len__(self) -> int:
         self._index.reload()
         return int(self._index.searcher().num_docs)
+
+    def contents(self) -> dict[str, str]:
+        """Every chunk the index holds: ``{chunk id: chunk_digest}`` (one pass, no text)."""
+        self._index.reload()
+        searcher = self._index.searcher()
+        if not searcher.num_docs:
+            return {}
+        hits = searcher.search(self._tantivy.Query.all_query(), limit=searcher.num_docs).hits
+        return {
+            str(doc["id"][0]): str(doc["digest"][0])
+            for doc in (searcher.doc(address) for _, address in hits)
+        }
 
     def search(
         self,
@@ -396,18 +438,39 @@ class LexicalIndex:
     # -- state -------------------------------------------------------------------------
 
     def state(self) -> IndexState:
-        """The layout version and feed cursor recorded with the index."""
+        """The layout version, feed cursor and last audit recorded with the index."""
         recorded = read_state(self.path) if self.path is not None else None
         cursor = recorded.cursor if recorded else self._cursor
-        return IndexState(FORMAT, cursor, len(self))
+        return IndexState(FORMAT, cursor, len(self), recorded.audited_at if recorded else None)
 
     def mark(self, cursor: int | None) -> None:
         """Record that the index now holds the collection's writes up to ``cursor``."""
         self._cursor = cursor
         if self.path is None:
             return
+        recorded = read_state(self.path)
+        audited = recorded.audited_at if recorded else time.time()  # new: built from them
+        self._write_state(cursor, audited)
+
+    def mark_audited(self, when: float | None = None) -> None:
+        """Record that the index's contents were compared with the collection's at ``when``.
+
+        Keeps the cursor recorded on disk (call it under the lock that orders the marks).
+        """
+        if self.path is not None:
+            recorded = read_state(self.path)
+            cursor = recorded.cursor if recorded else self._cursor
+            self._write_state(cursor, time.time() if when is None else when)
+
+    def _write_state(self, cursor: int | None, audited_at: float | None) -> None:
+        assert self.path is not None
         self._index.reload()
-        payload = {"format": FORMAT, "cursor": cursor, "chunks": len(self)}
+        payload = {
+            "format": FORMAT,
+            "cursor": cursor,
+            "chunks": len(self),
+            "audited_at": audited_at,
+        }
         target = self.path / self.STATE_FILE
         tmp = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(payload), encoding="utf-8")
@@ -436,9 +499,12 @@ def read_state(path: Path | None) -> IndexState | None:
         return None
     try:
         raw = json.loads((path / LexicalIndex.STATE_FILE).read_text(encoding="utf-8"))
-        cursor = raw.get("cursor")
+        cursor, audited = raw.get("cursor"), raw.get("audited_at")
         state = IndexState(
-            int(raw["format"]), None if cursor is None else int(cursor), int(raw.get("chunks", 0))
+            int(raw["format"]),
+            None if cursor is None else int(cursor),
+            int(raw.get("chunks", 0)),
+            None if audited is None else float(audited),
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None

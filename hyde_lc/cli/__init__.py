@@ -58,6 +58,8 @@ environment:
        (with a hypothesis model set, ask and evaluate use HyDE unless --mode standard)
   HYDE_LC_REQUEST_TIMEOUT, HYDE_LC_CHROMA_TIMEOUT   seconds per remote request
   HYDE_LC_REFRESH_INTERVAL   seconds a search may reuse the collection's state (1)
+  HYDE_LC_AUDIT_INTERVAL   seconds between checks of the BM25 index against the
+       collection's contents, in the background (600; 0 = off)
   HYDE_LC_N_CTX, HYDE_LC_THREADS   local models: context window, CPU threads
   HYDE_LC_CACHE_DIR, HYDE_LC_PRICING, HYDE_LC_DEBUG   (see the README)
 """

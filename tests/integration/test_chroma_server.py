@@ -318,6 +318,7 @@ def test_a_warm_hybrid_query_through_a_server_makes_two_requests(
     from tests.unit.test_hybrid import CallCounter
 
     monkeypatch.setenv("HYDE_LC_REFRESH_INTERVAL", "60")
+    monkeypatch.setenv("HYDE_LC_AUDIT_INTERVAL", "0")  # the query's calls, not an audit's
     counter = CallCounter(monkeypatch)
     store = open_store(url=sample_on_server, collection="sample", embeddings=embeddings)
     retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, k=3)
@@ -326,3 +327,56 @@ def test_a_warm_hybrid_query_through_a_server_makes_two_requests(
     docs = retriever.invoke("How did the Fresnel lens change lighthouses?")
     assert len(docs) == 3 and any("lexical" in d.metadata["found_by"] for d in docs)
     assert sorted(counter.calls) == ["get", "query"]
+
+
+def test_a_change_keeping_the_count_made_with_chromadb_reaches_bm25(
+    server_url, embeddings, monkeypatch, tmp_path
+):
+    # Another program swaps one chunk for another on the server (same count): no count
+    # check or change feed can see it; the background audit of a reader finds it.
+    import chromadb
+
+    from hyde_lc.hybrid_collection import _AUDITING, HybridCollection
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "fog.txt").write_text("Fog signals used horns, bells and guns in thick weather.")
+    (docs / "keeper.txt").write_text("Keepers trimmed wicks and wound the clockwork nightly.")
+    store = open_store(url=server_url, collection="audited", embeddings=embeddings)
+    ingest_paths([docs], store, progress=False)
+    reader = open_store(url=server_url, collection="audited", embeddings=embeddings)
+    retriever = HyDERetriever(vectorstore=reader, n_hypotheses=0, k=1)
+    assert "clockwork" in retriever.invoke("who wound the clockwork")[0].page_content
+
+    host, port = server_url.removeprefix("http://").rsplit(":", 1)
+    raw = chromadb.HttpClient(host=host, port=int(port)).get_collection("audited")
+    (keeper,) = raw.get(where={"file_name": "keeper.txt"})["ids"]
+    raw.delete(ids=[keeper])
+    text = "Lighthouse tenders carried supplies to remote stations."
+    raw.add(
+        ids=["outsider"],
+        documents=[text],
+        embeddings=embeddings.embed_documents([text]),
+        metadatas=[{"source": "outsider", "file_name": "outsider.txt"}],
+    )
+    assert raw.count() == 2
+
+    def lexical_ids(query: str) -> list[str]:
+        details = HyDERetriever(vectorstore=reader, n_hypotheses=0, k=2).retrieve_with_details(
+            query
+        )
+        return [d.id for d in details.documents if "lexical" in d.metadata["found_by"]]
+
+    assert "outsider" not in lexical_ids("tenders supplies stations")
+    monkeypatch.setenv("HYDE_LC_AUDIT_INTERVAL", "0.05")
+    monkeypatch.setenv("HYDE_LC_REFRESH_INTERVAL", "0")
+    time.sleep(0.1)
+    deadline = time.monotonic() + 120  # a generous wait for the background thread
+    while "outsider" not in lexical_ids("tenders supplies stations"):
+        assert time.monotonic() < deadline, "the background audit never indexed the change"
+        time.sleep(0.1)
+    assert keeper not in lexical_ids("clockwork wicks keepers")
+    monkeypatch.setenv("HYDE_LC_AUDIT_INTERVAL", "0")
+    while _AUDITING:  # leave no audit running for the next test
+        time.sleep(0.05)
+    assert HybridCollection.of(reader).audit().changed is False

@@ -5,7 +5,15 @@ from collections import Counter
 import pytest
 
 from hyde_lc.errors import InvalidSettingError
-from hyde_lc.lexical import FORMAT, IndexState, LexicalIndex, analyze, lexical_query, read_state
+from hyde_lc.lexical import (
+    FORMAT,
+    IndexState,
+    LexicalIndex,
+    analyze,
+    chunk_digest,
+    lexical_query,
+    read_state,
+)
 
 
 def test_english_terms_are_stemmed_lowercased_and_stop_words_dropped():
@@ -71,7 +79,24 @@ def test_an_index_on_disk_survives_reopening_with_its_cursor(tmp_path):
     index.mark(7)
     again = LexicalIndex.open(folder)
     assert [c for c, _ in again.search(lexical_query("horn"), k=1)] == ["a"]
-    assert read_state(folder) == IndexState(FORMAT, 7, 1) and again.cursor() == 7
+    state = read_state(folder)
+    assert state is not None and state.audited_at is not None  # built: nothing to compare yet
+    assert state == IndexState(FORMAT, 7, 1, state.audited_at) and again.cursor() == 7
+    again.mark_audited(123.0)
+    again.mark(8)  # a later write keeps the audit's time
+    assert read_state(folder) == IndexState(FORMAT, 8, 1, 123.0)
+
+
+def test_the_index_lists_what_it_holds_by_fingerprint(tmp_path):
+    index = LexicalIndex.create(tmp_path / "lexical")
+    index.add([("a", "fog horn", {"page": 2}), ("b", "tide table")])
+    index.delete(["b"])
+    index.add([("c", "lamp oil")])
+    assert index.contents() == {
+        "a": chunk_digest("fog horn", {"page": 2}),
+        "c": chunk_digest("lamp oil"),
+    }
+    assert LexicalIndex.in_memory().contents() == {}
 
 
 def test_a_state_of_another_layout_is_not_read(tmp_path):
