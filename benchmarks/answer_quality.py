@@ -20,7 +20,9 @@ candidate is given the same passages; each question goes through
 
 Candidates (``--candidates``): ``today`` (the shipped settings), ``repeat1.1``
 (llama.cpp ``repeat_penalty`` 1.1), ``freq0.3`` (``frequency_penalty`` 0.3), ``strict``
-(a stricter refusal instruction in the answer prompt).
+(a stricter refusal instruction in the answer prompt), ``ctx1280`` (a context budget: the
+passages fitted to a 1,280-token window, answer room included, instead of the model's
+4,096, so about two of the four retrieved passages are given).
 
     python -m benchmarks.answer_quality --tutorial path/to/tutorial \\
         --out benchmarks/results/answer_quality.json
@@ -67,6 +69,7 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "repeat1.1": {"llm": {"repeat_penalty": 1.1}},
     "freq0.3": {"llm": {"frequency_penalty": 0.3}},
     "strict": {"system_suffix": STRICT_REFUSAL},
+    "ctx1280": {"chain": {"context_window": 1280}},
 }
 
 
@@ -181,7 +184,9 @@ def run(
                 if (name, label, q["question"]) in done:
                     continue
                 with _system_suffix(CANDIDATES[label].get("system_suffix", "")):
-                    chain = build_answer_chain(retriever, llms[label])
+                    chain = build_answer_chain(
+                        retriever, llms[label], **CANDIDATES[label].get("chain", {})
+                    )
                     start = time.perf_counter()
                     first = None
                     parts = []
