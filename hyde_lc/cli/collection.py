@@ -189,12 +189,43 @@ def cmd_info(args: argparse.Namespace) -> int:
     """``hyde-lc info``: chunks, documents (and incomplete ones), embedding model."""
     from hyde_lc.store import StoreLocation, collection_info
 
-    info = collection_info(open_collection(args, must_exist=True))
+    store = open_collection(args, must_exist=True)
+    info = collection_info(store)
     info["location"] = StoreLocation.resolve(
         args.store, args.chroma_url, args.collection
     ).describe()
+    code = 0
+    if args.check_index:
+        info["lexical_index"], code = _check_index(store)
     print(json_text(info) if args.json else "\n".join(info_lines(info)))
-    return 0
+    return code
+
+
+def _check_index(store: Any) -> tuple[dict[str, Any], int]:
+    """Audit the collection's BM25 index now: (what it found, exit code)."""
+    from hyde_lc.hybrid_collection import HybridCollection
+
+    try:
+        result = HybridCollection.of(store).audit()
+    except OSError as exc:
+        return {
+            "checked": None,
+            "note": f"not checked: it cannot be kept where it lives ({exc.strerror or exc}); "
+            "free space there, make it writable, or set HYDE_LC_CACHE_DIR to a writable "
+            "folder",
+        }, 1
+    if result is None:
+        return {
+            "checked": None,
+            "note": "not checked: a write to the collection is under way (or the index "
+            "cannot be kept); run it again when the write ends",
+        }, 1
+    return {
+        "checked": result.checked,
+        "indexed": len(result.indexed),
+        "removed": len(result.removed),
+        "rebuilt": result.rebuilt,
+    }, 0
 
 
 def add_commands(sub: Any) -> None:
@@ -284,6 +315,13 @@ def add_commands(sub: Any) -> None:
 
     info = sub.add_parser(
         "info", help="facts about the collection", description="Chunks, documents, model."
+    )
+    info.add_argument(
+        "--check-index",
+        action="store_true",
+        help="also compare the BM25 index with every chunk of the collection now, and index "
+        "what was changed outside hyde_lc (done in the background every "
+        "$HYDE_LC_AUDIT_INTERVAL seconds anyway); exits 1 if a write is under way",
     )
     info.add_argument("--json", action="store_true", help="print one JSON record")
     add_store_options(info)

@@ -89,6 +89,19 @@ def script_summary(scripts: dict[str, int]) -> str:
     return "; ".join(parts)
 
 
+def _audit_line(audit: dict[str, Any]) -> str:
+    """What ``info --check-index`` found, as one line."""
+    if audit["checked"] is None:
+        return f"BM25 index {audit['note']}"
+    if not (audit["indexed"] or audit["removed"]):
+        return f"BM25 index: matches the collection ({audit['checked']} chunks checked)"
+    done = "rebuilt" if audit["rebuilt"] else "updated"
+    return (
+        f"BM25 index: {audit['indexed']} chunk(s) added or changed and {audit['removed']} "
+        f"deleted outside hyde_lc were found in {audit['checked']} chunks; the index is {done}"
+    )
+
+
 def info_lines(info: dict[str, Any]) -> list[str]:
     """`hyde_lc.store.collection_info` (plus ``location``) as text."""
     lines = [
@@ -106,6 +119,9 @@ def info_lines(info: dict[str, Any]) -> list[str]:
             f"  {doc['chunks']:5} chunks, {doc['pages']:3} pages  {shown_line(doc['source'])}"
             f"{script}"
         )
+    audit = info.get("lexical_index")
+    if audit is not None:
+        lines.append(_audit_line(audit))
     incomplete = info.get("incomplete") or []
     if incomplete:
         lines.append(

@@ -287,6 +287,29 @@ def hostile_store(ctx: Context) -> None:
 
 
 @setup
+def swapped_by_chromadb(ctx: Context) -> None:
+    """A copy of the sample store in which another program (chromadb itself) deleted one
+    chunk and added another: the chunk count is unchanged."""
+    scratch_store(ctx)
+    script = (
+        "import sys, chromadb\n"
+        "c = chromadb.PersistentClient(path=sys.argv[1]).get_collection('hyde_lc')\n"
+        "got = c.get(limit=1, include=['embeddings'])\n"
+        "c.delete(ids=got['ids'])\n"
+        "c.add(ids=['outsider'], embeddings=[list(got['embeddings'][0])],\n"
+        "      documents=['Lighthouse tenders carried supplies to remote stations.'],\n"
+        "      metadatas=[{'source': 'outsider', 'file_name': 'outsider.txt'}])\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", script, str(ctx.store)],
+        env=ctx.env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+
+
+@setup
 def make_fifo(ctx: Context) -> None:
     """A named pipe called pipe.txt that nobody writes: reading it would wait forever."""
     folder = ctx.tmp / "fifo"
