@@ -53,6 +53,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 import threading
 import time
 import uuid
@@ -748,6 +749,9 @@ class HybridCollection:
         try:
             with self._index_lock():  # claimed: other processes wait for the next interval
                 index.mark_audited()
+        except OSError:  # an index that cannot be written: searches say so, not the audit
+            _AUDITING.discard(self._key)
+            return
         except BaseException:
             _AUDITING.discard(self._key)
             raise
@@ -760,6 +764,8 @@ class HybridCollection:
         try:
             self.audit()
         except Exception as exc:  # a background check must never take the process down
+            if self._store() is None or sys.is_finalizing():
+                return  # the store was let go, or the program is ending: nothing to check
             logger.warning(
                 "could not compare the lexical index of %s with its collection (%s); "
                 "the next audit tries again",
@@ -789,6 +795,7 @@ class HybridCollection:
         collection = self.chroma_collection()
         if collection is None or self.base is None:
             return None
+        self._audit_check_at = time.monotonic() + audit_interval()  # none started meanwhile
         index = self.sync(max_age=0)
         quiet = self._quiet_head()
         if index is None or quiet is None:
