@@ -163,8 +163,8 @@ def meta_term(key: str, value: Any) -> str | None:
     return f"{key}{_META_SEP}{typed}"
 
 
-def chunk_digest(text: str, metadata: dict[str, Any] | None = None) -> str:
-    """A short fingerprint of what the index holds of a chunk: its text and filterable metadata.
+def chunk_digest(text: str, metadata: dict[str, Any] | None = None) -> int:
+    """A 64-bit fingerprint of what the index holds of a chunk: its text and filterable metadata.
 
     Two chunks with the same digest are indexed alike, so comparing digests tells which
     chunks of a collection the index no longer reflects (changed outside hyde_lc).
@@ -184,7 +184,7 @@ def chunk_digest(text: str, metadata: dict[str, Any] | None = None) -> str:
     hasher = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8)
     for term in terms:
         hasher.update(b"\x1e" + term.encode("utf-8", "surrogatepass"))
-    return hasher.hexdigest()
+    return int.from_bytes(hasher.digest(), "big")
 
 
 class LexicalIndex:
@@ -218,7 +218,7 @@ class LexicalIndex:
         builder.add_text_field("id", stored=True, tokenizer_name="raw", index_option="basic")
         builder.add_text_field("meta", tokenizer_name="raw", index_option="basic")
         builder.add_text_field("terms", tokenizer_name="whitespace", index_option="freq")
-        builder.add_text_field("digest", stored=True, tokenizer_name="raw", index_option="basic")
+        builder.add_unsigned_field("digest", stored=True, indexed=False)  # `chunk_digest`
         self._schema = builder.build()
         if path is not None:
             path.mkdir(parents=True, exist_ok=True)
@@ -286,7 +286,7 @@ class LexicalIndex:
             if term is not None:
                 doc.add_text("meta", term)
         doc.add_text("terms", " ".join(analyze(chunk[1])))
-        doc.add_text("digest", chunk_digest(chunk[1], metadata))
+        doc.add_unsigned("digest", chunk_digest(chunk[1], metadata))
         return doc
 
     def clear(self) -> None:
@@ -310,7 +310,7 @@ class LexicalIndex:
         self._index.reload()
         return int(self._index.searcher().num_docs)
 
-    def contents(self) -> dict[str, str]:
+    def contents(self) -> dict[str, int]:
         """Every chunk the index holds: ``{chunk id: chunk_digest}`` (one pass, no text)."""
         self._index.reload()
         searcher = self._index.searcher()
@@ -318,7 +318,7 @@ class LexicalIndex:
             return {}
         hits = searcher.search(self._tantivy.Query.all_query(), limit=searcher.num_docs).hits
         return {
-            str(doc["id"][0]): str(doc["digest"][0])
+            str(doc["id"][0]): int(doc["digest"][0])
             for doc in (searcher.doc(address) for _, address in hits)
         }
 
