@@ -67,6 +67,7 @@ from typing import Any
 
 from langchain_core.documents import Document
 
+from hyde_lc import disk_space
 from hyde_lc import store as chroma
 from hyde_lc.env_settings import env_float
 from hyde_lc.errors import InvalidSettingError
@@ -218,11 +219,62 @@ class Write:
         documents: Sequence[str],
     ) -> None:
         stamped = [{**(meta or {}), chroma.SEQ: self.seq} for meta in metadatas]
+        folder = chroma.store_folder(self.owner.store)
+        dimension = len(vectors[0]) if len(vectors) else 0
+        disk_space.check_room(folder, len(ids), dimension, documents, stamped)
         self._begin()
-        getattr(self.collection, how)(
-            ids=list(ids), embeddings=vectors, metadatas=stamped, documents=list(documents)
-        )
+        ids = [str(i) for i in ids]
+        before = self.collection.get(ids=ids, include=["embeddings", "metadatas", "documents"])
+        try:
+            getattr(self.collection, how)(
+                ids=ids, embeddings=vectors, metadatas=stamped, documents=list(documents)
+            )
+        except Exception as exc:
+            undone = self._undo(ids, stamped, before)
+            raise disk_space.as_no_space(exc, folder, undone) or exc from exc
         self.owner.index_now(list(zip(ids, documents, stamped, strict=True)), (), self)
+
+    def _undo(self, ids: list[str], written: list[dict[str, Any]], before: Any) -> bool:
+        """Cancel a Chroma call that failed; whether the cancellation is logged.
+
+        Chroma may have logged the call before failing (a full disk failing the apply
+        step), and then applies it later, at the next open of the folder once there is
+        room: the records it would have created are deleted, and those it would have
+        replaced written back (``before``), in a call logged after it.
+        """
+        old = dict(
+            zip(
+                before["ids"],
+                zip(
+                    before["embeddings"] if before["embeddings"] is not None else [],
+                    before["metadatas"] or [],
+                    before["documents"] or [],
+                    strict=True,
+                ),
+                strict=True,
+            )
+        )
+        new = [i for i in ids if i not in old]
+        try:
+            if new:
+                self.collection.delete(ids=new)
+            if old:
+                keys = {i: set(meta) for i, meta in zip(ids, written, strict=True)}
+                self.collection.upsert(  # Chroma merges metadata: keys added are dropped
+                    ids=list(old),
+                    embeddings=[vector for vector, _, _ in old.values()],
+                    metadatas=[
+                        {**dict.fromkeys(keys.get(i, set()) - set(meta or {})), **(meta or {})}
+                        for i, (_, meta, _) in old.items()
+                    ],
+                    documents=[text for _, _, text in old.values()],
+                )
+        except Exception as exc:
+            if disk_space.logged_anyway(exc):
+                return True  # logged: it takes effect whenever the failed call does
+            logger.warning("a failed write could not be undone: %s", exc)
+            return False
+        return True
 
     def delete(self, ids: Sequence[str], batch: int | None = None) -> None:
         """Delete records by id: logged in the feed first, then deleted."""

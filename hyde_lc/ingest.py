@@ -69,6 +69,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 from tqdm.auto import tqdm
 
+from hyde_lc.disk_space import NoSpaceError, check_free, no_space_as_error, space_needed
 from hyde_lc.documents import (
     DEFAULT_LIMITS,
     MAX_FILE_BYTES,
@@ -106,6 +107,7 @@ from hyde_lc.store import (
     prepare_write,
     present_ids,
     server_lost_as_error,
+    store_folder,
 )
 from hyde_lc.vectorstore import chunk_id
 
@@ -446,7 +448,11 @@ def ingest_paths(
         "ingest the same files again: chunks already written are kept (nothing is "
         "embedded twice) and the rest are completed, with no duplicate chunks"
     )
-    with server_lost_as_error(store, resume), HybridCollection.of(store).writing() as write:
+    with (
+        server_lost_as_error(store, resume),
+        no_space_as_error(store_folder(store)),
+        HybridCollection.of(store).writing() as write,
+    ):
         written = _write_documents(write, sources, embeddings, settings)
     return IngestReport(written + skipped, warnings)
 
@@ -565,7 +571,11 @@ def _write_documents(
         plan.pending = plan.version in pending
     to_embed = sum(plan.missing for plan in plans if plan.count)
     if to_embed:  # creates the collection, or checks the vector length, before any write
-        prepare_write(store, embedding_dimension(embeddings))
+        dimension = embedding_dimension(embeddings)
+        chars = sum(plan.missing * plan.chunk_size for plan in plans if plan.count)
+        # Before embedding: a disk without room refuses now, not after minutes of work.
+        check_free(store_folder(store), space_needed(to_embed, dimension, chars, 700 * to_embed))
+        prepare_write(store, dimension)
     limit = min(settings.max_write or 10**9, max_write(store))
     results: list[FileResult] = []
     quiet = not settings.progress or not to_embed  # nothing to embed: no empty bar
@@ -660,6 +670,8 @@ def _write_whole(
         _write(write, missing, _embed(missing, embeddings, settings.batch_size, bar))
     except IngestError:
         raise
+    except NoSpaceError as exc:
+        raise NoSpaceError(f"{plan.source.source}: {exc}") from exc
     except Exception as exc:
         raise IngestError(
             f"{plan.source.source}: writing its chunks failed ({type(exc).__name__}: {exc}); "
@@ -697,6 +709,11 @@ def _write_in_parts(
                 embedded += len(missing)
     except IngestError:
         raise
+    except NoSpaceError as exc:
+        raise NoSpaceError(
+            f"{plan.source.source}: {exc} Its {plan.current + embedded} of {plan.count} "
+            "chunks written are left out of searches until the rest is written."
+        ) from exc
     except Exception as exc:
         written = plan.current + embedded
         raise IngestError(
