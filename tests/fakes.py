@@ -382,3 +382,16 @@ def refused_url() -> str:
     port = probe.getsockname()[1]
     probe.close()
     return f"http://127.0.0.1:{port}/v1"
+
+
+def recorded_threads(monkeypatch: Any) -> list[threading.Thread]:
+    """The threads started from now on in this test (to join a background task's)."""
+    made: list[threading.Thread] = []
+
+    class Recorded(threading.Thread):
+        def start(self) -> None:
+            made.append(self)
+            super().start()
+
+    monkeypatch.setattr(threading, "Thread", Recorded)
+    return made

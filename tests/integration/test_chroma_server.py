@@ -31,7 +31,7 @@ from hyde_lc import (
 from hyde_lc.errors import StoreError, StoreUnavailableError
 from hyde_lc.evaluation import read_records
 from hyde_lc.store import SEQ
-from tests.fakes import ROOT, SAMPLE_PDF, FakeEmbeddings
+from tests.fakes import ROOT, SAMPLE_PDF, FakeEmbeddings, recorded_threads
 from tests.integration.corpus import CHUNK_OVERLAP, CHUNK_SIZE, half_written, write_corpus
 
 pytestmark = pytest.mark.integration
@@ -370,13 +370,16 @@ def test_a_change_keeping_the_count_made_with_chromadb_reaches_bm25(
     assert "outsider" not in lexical_ids("tenders supplies stations")
     monkeypatch.setenv("HYDE_LC_AUDIT_INTERVAL", "0.05")
     monkeypatch.setenv("HYDE_LC_REFRESH_INTERVAL", "0")
-    time.sleep(0.1)
-    deadline = time.monotonic() + 120  # a generous wait for the background thread
-    while "outsider" not in lexical_ids("tenders supplies stations"):
-        assert time.monotonic() < deadline, "the background audit never indexed the change"
-        time.sleep(0.1)
+    time.sleep(0.1)  # the last audit (the index's build) is now older than the interval
+    made = recorded_threads(monkeypatch)
+    reader = open_store(url=server_url, collection="audited", embeddings=embeddings)
+    lexical_ids("tenders supplies stations")  # this reader's first search starts the audit
+    started = [t for t in made if t.name == "hyde_lc-audit"]
+    assert started, "no background audit was started"
+    for thread in started:
+        thread.join()
+    assert not _AUDITING
+    assert "outsider" in lexical_ids("tenders supplies stations")
     assert keeper not in lexical_ids("clockwork wicks keepers")
     monkeypatch.setenv("HYDE_LC_AUDIT_INTERVAL", "0")
-    while _AUDITING:  # leave no audit running for the next test
-        time.sleep(0.05)
     assert HybridCollection.of(reader).audit().changed is False

@@ -11,7 +11,7 @@ from hyde_lc.hybrid_collection import AUDIT_ENV, HybridCollection, audit_interva
 from hyde_lc.ingest import ingest_paths
 from hyde_lc.lexical import lexical_query, lexical_search_for, read_state
 from hyde_lc.store import open_store
-from tests.fakes import FakeEmbeddings
+from tests.fakes import FakeEmbeddings, recorded_threads
 
 TEXTS = {
     "lens.txt": "Augustin Fresnel designed a stepped lens of concentric prisms in 1822.",
@@ -150,11 +150,15 @@ def test_the_audit_runs_by_itself_in_the_background(store, monkeypatch):
     swap_one(store, raw)
     monkeypatch.setenv(AUDIT_ENV, "0.05")
     time.sleep(0.1)  # the last audit (the index's build) is now older than the interval
+    made = recorded_threads(monkeypatch)
     fresh = open_store(store.location.path, embeddings=store.embeddings)
-    deadline = time.monotonic() + 60  # a generous wait for a background thread, not a timing
-    while found(fresh, "tenders supplies") != {"outsider.txt"}:
-        assert time.monotonic() < deadline, "the background audit never indexed the change"
-        time.sleep(0.05)
+    monkeypatch.setenv("HYDE_LC_REFRESH_INTERVAL", "0")  # this search reads the state afresh
+    found(fresh, "fog")  # and so starts the audit
+    started = [t for t in made if t.name == "hyde_lc-audit"]
+    assert started, "no background audit was started"
+    for thread in started:
+        thread.join()
+    assert found(fresh, "tenders supplies") == {"outsider.txt"}
     state = read_state(HybridCollection.of(fresh)._index.path)
     assert state is not None and state.audited_at is not None
 
