@@ -29,10 +29,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.metadata
+import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,7 +144,7 @@ def make_dynamic_graph(shipped: Path) -> bytes:
             f"graph hyde_lc expects. Reinstall it with: {MINILM_ONNX.requirement} "
             "--force-reinstall"
         )
-    with tempfile.TemporaryDirectory(prefix="hyde_lc_quantize.") as work:
+    with tempfile.TemporaryDirectory(prefix="hyde_lc_quantize.") as work, _quiet_root_logger():
         out = Path(work) / "dynamic.onnx"
         quantize_dynamic(
             model,
@@ -156,6 +157,32 @@ def make_dynamic_graph(shipped: Path) -> bytes:
     quantized.producer_name = _PRODUCER
     quantized.producer_version = ""
     return bytes(quantized.SerializeToString())
+
+
+@contextlib.contextmanager
+def _quiet_root_logger() -> Iterator[None]:
+    """Drop the advice quantize_dynamic logs on the root logger while it runs.
+
+    It calls `logging.warning` ("consider pre-processing"), which would also install a
+    handler on the root logger of an application that has none (`logging.basicConfig`):
+    a handler that discards everything is held on the root logger meanwhile, and a
+    filter keeps that advice out of the application's own handlers. Pre-processing
+    (shape inference and graph optimisation) is skipped on purpose: the graph it makes
+    depends on the onnxruntime version, and the digest check wants a stable graph.
+    """
+    root = logging.getLogger()
+    holder = logging.NullHandler()
+
+    def advice(record: logging.LogRecord) -> bool:
+        return "pre-processing" not in record.getMessage()
+
+    root.addHandler(holder)
+    root.addFilter(advice)
+    try:
+        yield
+    finally:
+        root.removeFilter(advice)
+        root.removeHandler(holder)
 
 
 @dataclass(frozen=True)
