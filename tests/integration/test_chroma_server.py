@@ -91,7 +91,7 @@ def test_ingest_and_hyde_retrieval_through_a_server(server_url):
     )
     assert again.files[0].status == "unchanged"
     info = collection_info(open_store(url=server_url, collection="served"))
-    assert info["embedding_model"] == "local:minilm" and info["chunks"] > 20
+    assert info["embedding_model"] == "local:minilm-dq" and info["chunks"] > 20
     writer = load_llm("local:smollm2-135m", role="hypothesis", max_tokens=48)
     result = HyDERetriever(vectorstore=store, hypothesis_llm=writer, k=3).retrieve_with_details(
         "Who designed the Pharos of Alexandria?"

@@ -57,3 +57,17 @@ def test_a_collection_records_the_quantised_model_and_refuses_the_shipped_one(tm
     assert reopened.embeddings.model_id == MINILM_DQ_MODEL_ID
     with pytest.raises(HydeLcError, match="built with embedding model 'local:minilm-dq'"):
         open_store(folder, embeddings=shipped)
+
+
+def test_a_collection_built_with_the_shipped_graph_keeps_it(tmp_path, both, monkeypatch):
+    monkeypatch.delenv("HYDE_LC_EMBEDDINGS", raising=False)
+    shipped, _ = both
+    folder = tmp_path / "store"
+    open_store(folder, embeddings=shipped).add_documents([Document(TEXTS[0])])
+    reopened = open_store(folder)  # the new default is not used for an existing collection
+    assert reopened.embeddings.model_id == "local:minilm"
+    reopened.add_documents([Document(TEXTS[1])])
+    (hit,) = open_store(folder).similarity_search("lighthouse lens", k=1)
+    assert hit.page_content == TEXTS[0]
+    fresh = open_store(tmp_path / "new")  # a new collection gets the new default
+    assert fresh.embeddings.model_id == MINILM_DQ_MODEL_ID

@@ -35,7 +35,7 @@ def writer():
 
 def test_sample_pdf_is_ingested_page_by_page(store_dir, tmp_path):
     info = collection_info(open_store(store_dir))  # a new client: persisted on disk
-    assert info["embedding_model"] == "local:minilm" and info["embedding_dimension"] == 384
+    assert info["embedding_model"] == "local:minilm-dq" and info["embedding_dimension"] == 384
     (doc,) = info["documents"]
     assert doc["source"] == str(SAMPLE_PDF) and doc["pages"] == 7
     assert info["chunks"] == doc["chunks"] > 20

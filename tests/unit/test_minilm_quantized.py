@@ -176,3 +176,45 @@ def test_other_tool_versions_that_make_another_graph_are_refused(shipped, cache,
     assert "local:minilm, the shipped graph" in message
     models = cache / "models"
     assert not models.exists() or list(models.iterdir()) == []  # nothing unverified is kept
+
+
+@pytest.fixture
+def unmakeable(monkeypatch) -> None:
+    """Tools that make another graph than the verified one (as other versions may)."""
+    monkeypatch.delenv("HYDE_LC_EMBEDDINGS", raising=False)
+
+    def refuse(**overrides):
+        raise QuantizedGraphError("the minilm-dq graph made here differs (onnx 9.9)")
+
+    monkeypatch.setattr(mq, "load_minilm_dynamic", refuse)
+
+
+def test_the_default_falls_back_to_the_shipped_graph_under_its_own_id(unmakeable, caplog):
+    from hyde_lc.models import embedding_model_id, load_embeddings
+
+    with caplog.at_level(logging.WARNING, logger="hyde_lc.models"):
+        embeddings = load_embeddings()
+    assert embedding_model_id(embeddings) == "local:minilm"  # recorded as what it is
+    (record,) = caplog.records
+    assert "differs (onnx 9.9)" in record.getMessage()
+    assert "Using local:minilm (the shipped graph)" in record.getMessage()
+
+
+@pytest.mark.parametrize("chosen", ["argument", "environment"])
+def test_a_chosen_minilm_dq_is_never_replaced(unmakeable, monkeypatch, chosen):
+    from hyde_lc.models import load_embeddings
+
+    if chosen == "environment":
+        monkeypatch.setenv("HYDE_LC_EMBEDDINGS", "local:minilm-dq")
+    with pytest.raises(QuantizedGraphError, match="differs"):
+        load_embeddings("local:minilm-dq" if chosen == "argument" else None)
+
+
+def test_the_default_is_the_quantised_graph_when_it_can_be_made(monkeypatch):
+    from hyde_lc.models import DEFAULT_EMBEDDINGS, embedding_model_id, load_embeddings
+
+    monkeypatch.delenv("HYDE_LC_EMBEDDINGS", raising=False)
+    made = mq.MiniLMDynamicEmbeddings()
+    monkeypatch.setattr(mq, "load_minilm_dynamic", lambda **overrides: made)
+    assert DEFAULT_EMBEDDINGS == "local:minilm-dq"
+    assert embedding_model_id(load_embeddings()) == "local:minilm-dq"
