@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.metadata
+import importlib.util
 import logging
 import os
 import tempfile
@@ -298,6 +299,8 @@ def load_minilm_dynamic(**overrides: Any) -> MiniLMDynamicEmbeddings:
     Raises `QuantizedGraphError` when the installed onnx/onnxruntime make another graph,
     `MissingDependencyError` without onnx, `ModelNotInstalledError` without the weights.
     """
+    if importlib.util.find_spec("onnxruntime") is None:
+        raise MissingDependencyError("local embeddings", 'pip install "hyde-lc[local]"')
     MINILM_DYNAMIC.path()
     MINILM_TOKENIZER.path()
     return MiniLMDynamicEmbeddings(**overrides)

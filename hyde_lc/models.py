@@ -37,6 +37,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 from dataclasses import dataclass
@@ -284,6 +285,8 @@ def _default_minilm(**overrides: Any) -> Embeddings:
     try:
         return load_minilm_dynamic(**overrides)
     except (QuantizedGraphError, MissingDependencyError) as exc:
+        if importlib.util.find_spec("onnxruntime") is None:
+            raise  # neither graph can run without the local extra
         logger.warning(
             "%s Using local:minilm (the shipped graph) meanwhile: what is ingested now "
             "records it, and is searched with it later.",

@@ -218,3 +218,20 @@ def test_the_default_is_the_quantised_graph_when_it_can_be_made(monkeypatch):
     monkeypatch.setattr(mq, "load_minilm_dynamic", lambda **overrides: made)
     assert DEFAULT_EMBEDDINGS == "local:minilm-dq"
     assert embedding_model_id(load_embeddings()) == "local:minilm-dq"
+
+
+def test_without_onnxruntime_the_default_is_refused_naming_the_extra(monkeypatch):
+    import importlib.util
+
+    from hyde_lc.errors import MissingDependencyError
+    from hyde_lc.models import load_embeddings
+
+    monkeypatch.delenv("HYDE_LC_EMBEDDINGS", raising=False)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "onnxruntime" else real(name, *a),
+    )
+    with pytest.raises(MissingDependencyError, match=r"hyde-lc\[local\]"):
+        load_embeddings()  # no fallback: the shipped graph could not run either
