@@ -52,10 +52,12 @@ from hyde_lc.weights import (
 
 MINILM_DQ_MODEL_ID = "local:minilm-dq"
 
-DYNAMIC_FILENAME = "all-MiniLM-L6-v2-dynamic-int8.onnx"
 DYNAMIC_SHA256 = "c29eca82111665a8c7b86fe7f88fede7004895cb340bb2acd2b1bf067bd45995"
-"""sha256 of the graph `make_dynamic_graph` makes from the shipped one with `MADE_WITH`."""
-MADE_WITH = {"onnx": "1.23.2", "onnxruntime": "1.31.1"}
+"""sha256 of the graph `make_dynamic_graph` makes from the shipped one with `MADE_WITH`.
+A graph with another digest needs another model id than `MINILM_DQ_MODEL_ID`: collections
+record the id, and the vectors of two graphs must never share one."""
+DYNAMIC_FILENAME = f"all-MiniLM-L6-v2-dynamic-int8-{DYNAMIC_SHA256[:12]}.onnx"
+MADE_WITH = {"onnx": "1.23.2", "onnxruntime": "1.31.1", "numpy": "2.4.6", "protobuf": "7.36.2"}
 """The versions that made the graph of `DYNAMIC_SHA256` (requirements/lock.txt)."""
 QUANTIZE_OPTIONS: dict[str, Any] = {"per_channel": True, "reduce_range": False}
 """Per-column int8 weights, as shipped (the shipped int8 values come back unchanged);
