@@ -235,3 +235,14 @@ def test_without_onnxruntime_the_default_is_refused_naming_the_extra(monkeypatch
     )
     with pytest.raises(MissingDependencyError, match=r"hyde-lc\[local\]"):
         load_embeddings()  # no fallback: the shipped graph could not run either
+
+
+def test_usage_reports_it_as_the_local_minilm_at_no_charge():
+    from hyde_lc.evaluation.usage import describe_embeddings
+
+    info = describe_embeddings(mq.MiniLMDynamicEmbeddings())
+    assert (info.provider, info.name, info.model_id) == (
+        "local",
+        "all-MiniLM-L6-v2",
+        "local:minilm-dq",
+    )
