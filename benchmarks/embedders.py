@@ -76,6 +76,7 @@ def speed(models: list[tuple[str, Embeddings]], texts: list[str], rounds: int) -
             runs[label].append({"cpu_s": cpu, "wall_s": wall})
             print(f"speed round {r}: {label}: {cpu:.1f} CPU-s, {wall:.1f} s", flush=True)
     out = {}
+    first = runs[models[0][0]]
     for label, items in runs.items():
         cpu = sum(i["cpu_s"] for i in items)
         wall = sum(i["wall_s"] for i in items)
@@ -84,8 +85,21 @@ def speed(models: list[tuple[str, Embeddings]], texts: list[str], rounds: int) -
             "rounds": items,
             "cpu_s_per_doc": cpu / n,
             "docs_per_s": n / wall,
+            # Throughput against the first model, round by round (same load, same texts).
+            "speedup": {
+                key: spread([a[key] / b[key] for a, b in zip(first, items, strict=True)])
+                for key in ("cpu_s", "wall_s")
+            },
         }
     return out
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median, minimum and maximum of per-round figures."""
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return {"median": median, "min": ordered[0], "max": ordered[-1]}
 
 
 def main() -> None:
@@ -208,11 +222,20 @@ def markdown(rows: list[dict], meta: dict) -> str:
         share = f"{100 * timing['over_256_tokens']:.0f}% over 256 tokens"
         lines += [
             "",
-            f"| model | {timing['texts']} {name} ({share}): CPU-s per text | texts/s |",
-            "|---|---|---|",
+            f"| model | {timing['texts']} {name} ({share}): CPU-s per text | texts/s "
+            "| throughput vs first model per CPU-s, median [min, max] over rounds | per wall s |",
+            "|---|---|---|---|---|",
         ]
         for label, t in timing["models"].items():
-            lines.append(f"| {label} | {t['cpu_s_per_doc']:.3f} | {t['docs_per_s']:.1f} |")
+            ratio = t.get("speedup") or {}
+            cells = [
+                f"{r['median']:.2f}x [{r['min']:.2f}, {r['max']:.2f}]" if r else ""
+                for r in (ratio.get("cpu_s"), ratio.get("wall_s"))
+            ]
+            lines.append(
+                f"| {label} | {t['cpu_s_per_doc']:.3f} | {t['docs_per_s']:.1f} "
+                f"| {cells[0]} | {cells[1]} |"
+            )
     return "\n".join(lines)
 
 

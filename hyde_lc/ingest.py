@@ -15,9 +15,9 @@ is cut at its own punctuation, every other script as LangChain does by default. 
 the caller sets ``chunk_size``/``chunk_overlap``, the sizes follow the script and the
 collection's embedding model (`hyde_lc.splitting.default_chunk_size`: 1,000/200
 characters for Latin text; 450/90 for Chinese with multilingual-e5-small, which fits its
-512-token window). A collection whose embedding model reads English only
-(``local:minilm``) gets one warning per call when a document is mostly in another
-script, naming the command that ingests it into a multilingual collection
+512-token window). A collection whose embedding model reads English only (the MiniLM
+models) gets one warning per call when a document is mostly in another script, naming
+the command that ingests it into a multilingual collection
 (`hyde_lc.language.english_only_warning`); it is ingested all the same.
 
 Ids are derived from content: ingesting an unchanged file again changes nothing (and

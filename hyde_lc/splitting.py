@@ -60,6 +60,7 @@ CJK_SEPARATORS: list[str] = [
 _CJK_CHUNKS: dict[str, tuple[int, int]] = {
     "local:multilingual-e5-small": (450, 90),
     "local:minilm": (240, 48),
+    "local:minilm-dq": (240, 48),  # the same tokenizer and window
 }
 _CJK_DEFAULT = (450, 90)
 

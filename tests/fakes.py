@@ -37,6 +37,14 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_PDF = ROOT / "hyde_lc" / "sample" / "lighthouses.pdf"
 SHARED = ROOT.parent / "shared"
 
+
+def default_embedding_id() -> str:
+    """The embedding model a new collection records here by default (the CPU decides)."""
+    from hyde_lc.minilm_quantized import MINILM_DQ_MODEL_ID, cpu_adds_int8_products_exactly
+
+    return MINILM_DQ_MODEL_ID if cpu_adds_int8_products_exactly() else "local:minilm"
+
+
 # -- documents ------------------------------------------------------------------------------
 
 TOPICS = [

@@ -142,7 +142,7 @@ def add_commands(sub: Any, prompts: list[str]) -> None:
     )
     bench.add_argument("--llm", type=spec, help="hypothesis model spec ($HYDE_LC_HYPOTHESIS_LLM)")
     bench.add_argument(
-        "--embeddings", type=spec, help="embedding model spec (default local:minilm)"
+        "--embeddings", type=spec, help="embedding model spec (default local:minilm-dq)"
     )
     bench.add_argument(
         "--max-tokens",

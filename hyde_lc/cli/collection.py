@@ -237,7 +237,7 @@ def add_commands(sub: Any) -> None:
         "Unchanged files are skipped, changed ones replaced. Each document is split for its "
         "script: Chinese, Japanese and Korean text at its own punctuation, in chunks that "
         "fit the embedding model (450 characters with local:multilingual-e5-small), other "
-        "text in chunks of 1000. local:minilm (the default) reads English only: a document "
+        "text in chunks of 1000. local:minilm-dq (the default) reads English only: a document "
         "mostly in another script gets a warning naming the command for a multilingual "
         "collection (--embeddings local:multilingual-e5-small). Exits 1 after ingesting the "
         "rest when a file had no text to index (a scanned PDF: run OCR first) or something "

@@ -213,7 +213,8 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--embeddings",
         type=given("a model spec", "--embeddings local:minilm"),
-        help="embedding model spec (default: $HYDE_LC_EMBEDDINGS or local:minilm)",
+        help="embedding model spec (default: the model an existing collection records, else "
+        "$HYDE_LC_EMBEDDINGS or local:minilm-dq)",
     )
 
 

@@ -187,7 +187,7 @@ def describe_embeddings(embeddings: Embeddings) -> ModelInfo:
     from hyde_lc.models import embedding_model_id
 
     model_id = embedding_model_id(embeddings)
-    if type(embeddings).__name__ == "MiniLMEmbeddings":
+    if "MiniLMEmbeddings" in {cls.__name__ for cls in type(embeddings).__mro__}:  # either graph
         return ModelInfo("local", "all-MiniLM-L6-v2", model_id)
     if type(embeddings).__name__ == "BgeSmallEmbeddings":
         return ModelInfo("local", "bge-small-en-v1.5", model_id)

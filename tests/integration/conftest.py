@@ -14,7 +14,7 @@ from tests.fakes import SAMPLE_PDF, tree_digest
 
 @pytest.fixture(scope="session")
 def sample_store_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A store folder holding hyde_lc/sample/lighthouses.pdf, embedded with local:minilm.
+    """A store folder holding hyde_lc/sample/lighthouses.pdf, embedded with local:minilm-dq.
 
     Built once per test session with the default ingest settings and shared by every test
     that asks for it: tests read it and never write to it (checked when the session ends).
@@ -30,5 +30,5 @@ def sample_store_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
 
 @pytest.fixture(scope="session")
 def sample_store(sample_store_dir: Path) -> HydeChroma:
-    """The shared sample store, opened with local:minilm (read it, never write to it)."""
+    """The shared sample store, opened with the model it records (read it, never write to it)."""
     return open_store(sample_store_dir)

@@ -31,7 +31,13 @@ from hyde_lc import (
 from hyde_lc.errors import StoreError, StoreUnavailableError
 from hyde_lc.evaluation import read_records
 from hyde_lc.store import SEQ
-from tests.fakes import ROOT, SAMPLE_PDF, FakeEmbeddings, recorded_threads
+from tests.fakes import (
+    ROOT,
+    SAMPLE_PDF,
+    FakeEmbeddings,
+    default_embedding_id,
+    recorded_threads,
+)
 from tests.integration.corpus import CHUNK_OVERLAP, CHUNK_SIZE, half_written, write_corpus
 
 pytestmark = pytest.mark.integration
@@ -91,7 +97,7 @@ def test_ingest_and_hyde_retrieval_through_a_server(server_url):
     )
     assert again.files[0].status == "unchanged"
     info = collection_info(open_store(url=server_url, collection="served"))
-    assert info["embedding_model"] == "local:minilm" and info["chunks"] > 20
+    assert info["embedding_model"] == default_embedding_id() and info["chunks"] > 20
     writer = load_llm("local:smollm2-135m", role="hypothesis", max_tokens=48)
     result = HyDERetriever(vectorstore=store, hypothesis_llm=writer, k=3).retrieve_with_details(
         "Who designed the Pharos of Alexandria?"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes import tree_digest
+from tests.fakes import default_embedding_id, tree_digest
 
 pytestmark = pytest.mark.integration
 HYDE_LC = str(Path(sys.executable).parent / "hyde-lc")
@@ -49,7 +49,7 @@ def test_ingest_sample_then_again_is_unchanged(env, ingested):
 def test_info_json(env, ingested):
     out = run(env, "info", "--json")
     info = json.loads(out.stdout)
-    assert info["embedding_model"] == "local:minilm" and info["embedding_dimension"] == 384
+    assert info["embedding_model"] == default_embedding_id() and info["embedding_dimension"] == 384
     assert info["chunks"] == info["documents"][0]["chunks"] > 20
 
 
@@ -157,7 +157,7 @@ def test_hypothesis_cache_makes_the_second_ask_reuse_hypotheses(env, ingested, t
         (["ingest", "/no/such/file.pdf"], "no such file"),
         (
             ["ask", QUESTION, "--embeddings", "openai:text-embedding-3-small"],
-            "was built with embedding model 'local:minilm'",
+            f"was built with embedding model '{default_embedding_id()}'",
         ),
         (["ask", QUESTION, "--mode", "standard", "--timeout", "nan"], "expected a finite number"),
         (["ask", QUESTION, "--mode", "standard", "--timeout", "inf"], "expected a finite number"),

@@ -13,7 +13,7 @@ from langchain_core.callbacks import UsageMetadataCallbackHandler
 
 from hyde_lc import load_llm, open_store
 from hyde_lc.evaluation import EvaluationPipeline, read_records, results_table, score_records
-from tests.fakes import ROOT
+from tests.fakes import ROOT, default_embedding_id
 
 pytestmark = pytest.mark.integration
 HYDE_LC = str(Path(sys.executable).parent / "hyde-lc")
@@ -61,7 +61,7 @@ def test_real_model_tokens_are_per_stage_non_zero_and_distinct(records):
             assert stage["cost"] == 0.0 and stage["cost_source"] == "local model (no charge)"
         # The answer prompt holds three chunks; the hypothesis prompt only the question.
         assert ans["input_tokens"] > 3 * hyp["input_tokens"]
-        assert emb["input_tokens"] > 0 and meta["embedding_model"] == "local:minilm"
+        assert emb["input_tokens"] > 0 and meta["embedding_model"] == default_embedding_id()
         assert meta["input_tokens"] == hyp["input_tokens"] + ans["input_tokens"]
         assert meta["total_cost"] == 0.0
         assert meta["hypothesis_time"] > 0 and meta["answer_time"] > 0

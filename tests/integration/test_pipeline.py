@@ -14,7 +14,7 @@ from hyde_lc import (
     open_store,
 )
 from hyde_lc.errors import EmbeddingMismatchError
-from tests.fakes import SAMPLE_PDF, tree_digest
+from tests.fakes import SAMPLE_PDF, default_embedding_id, tree_digest
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +35,7 @@ def writer():
 
 def test_sample_pdf_is_ingested_page_by_page(store_dir, tmp_path):
     info = collection_info(open_store(store_dir))  # a new client: persisted on disk
-    assert info["embedding_model"] == "local:minilm" and info["embedding_dimension"] == 384
+    assert info["embedding_model"] == default_embedding_id() and info["embedding_dimension"] == 384
     (doc,) = info["documents"]
     assert doc["source"] == str(SAMPLE_PDF) and doc["pages"] == 7
     assert info["chunks"] == doc["chunks"] > 20

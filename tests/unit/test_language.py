@@ -120,6 +120,7 @@ def test_language_codes_for_collection_names():
     ("model_id", "languages"),
     [
         ("local:minilm", "english"),
+        ("local:minilm-dq", "english"),
         ("HuggingFaceEmbeddings:sentence-transformers/all-MiniLM-L6-v2", "english"),
         ("HuggingFaceEmbeddings:BAAI/bge-small-en-v1.5", "english"),
         ("local:multilingual-e5-small", "multilingual"),

@@ -148,6 +148,7 @@ def test_chunk_metadata_here_is_computed_as_ingest_computes_it():
         ("cyrillic", "local:multilingual-e5-small", (1000, 200)),
         ("cjk", "local:multilingual-e5-small", (450, 90)),
         ("cjk", "local:minilm", (240, 48)),
+        ("cjk", "local:minilm-dq", (240, 48)),
         ("cjk", "openai:text-embedding-3-small", (450, 90)),
         ("cjk", None, (450, 90)),
     ],
