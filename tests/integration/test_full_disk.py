@@ -73,6 +73,7 @@ def small_filesystem(tmp_path: Path, sample_store_dir: Path) -> Iterator[Run]:
 
     def run(free_kb: int, *flags: str) -> dict[str, Any]:
         env = {**base_env(), "PYTHONPATH": str(ROOT)}
+        env.pop("HYDE_LC_EMBEDDINGS")  # the copied sample store is opened with its own model
         command = [sys.executable, "-m", "tests.integration.full_disk", str(folder)]
         command += [str(sample_store_dir), str(free_kb), *flags]
         done = subprocess.run(
