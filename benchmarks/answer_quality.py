@@ -22,7 +22,10 @@ Candidates (``--candidates``): ``today`` (the shipped settings), ``repeat1.1``
 (llama.cpp ``repeat_penalty`` 1.1), ``freq0.3`` (``frequency_penalty`` 0.3), ``strict``
 (a stricter refusal instruction in the answer prompt), ``ctx1280`` (a context budget: the
 passages fitted to a 1,280-token window, answer room included, instead of the model's
-4,096, so about two of the four retrieved passages are given).
+4,096, so about two of the four retrieved passages are given), ``dry0.8`` (llama.cpp's
+DRY sampler at its author's recommended strength, multiplier 0.8, over the whole context,
+prompt included), ``dry0.8-last128`` (the same over the last 128 tokens only, so copying
+the passages is not penalised once the answer is under way).
 
     python -m benchmarks.answer_quality --tutorial path/to/tutorial \\
         --out benchmarks/results/answer_quality.json
@@ -70,6 +73,8 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "freq0.3": {"llm": {"frequency_penalty": 0.3}},
     "strict": {"system_suffix": STRICT_REFUSAL},
     "ctx1280": {"chain": {"context_window": 1280}},
+    "dry0.8": {"llm": {"dry_multiplier": 0.8}},
+    "dry0.8-last128": {"llm": {"dry_multiplier": 0.8, "dry_penalty_last_n": 128}},
 }
 
 

@@ -313,6 +313,10 @@ def _usage(usage: dict[str, Any] | None) -> UsageMetadata | None:
     )
 
 
+PENALTIES = ("repeat_penalty", "frequency_penalty", "dry_multiplier", "dry_penalty_last_n")
+"""Sampling penalties sent to llama.cpp only when set (its own defaults: all off)."""
+
+
 class LocalChatModel(BaseChatModel):
     """Chat model over a local GGUF file, run in-process by llama.cpp on the CPU.
 
@@ -343,6 +347,13 @@ class LocalChatModel(BaseChatModel):
     """llama.cpp's penalty on tokens seen in the last 64 (1.0 or None: off, its default)."""
     frequency_penalty: float | None = None
     """OpenAI-style penalty growing with a token's count so far (0 or None: off)."""
+    dry_multiplier: float | None = Field(default=None, ge=0)
+    """llama.cpp's DRY sampler ("don't repeat yourself"): a token that would extend a
+    sequence already seen (past 2 tokens) is penalised by this times 1.75 to the power of
+    the extra length, so verbatim loops die out while single words may recur (0 or None:
+    off). It also weighs sequences in the prompt: see `dry_penalty_last_n`."""
+    dry_penalty_last_n: int | None = Field(default=None, ge=-1)
+    """Tokens DRY looks back over (-1: the whole context, llama.cpp's default; 0: off)."""
     context_size: int = Field(default_factory=default_context_size)
     """Context window per concurrent request (prompt plus output), in tokens
     (``HYDE_LC_N_CTX`` or 4,096). Memory grows with ``context_size * parallel``."""
@@ -382,7 +393,7 @@ class LocalChatModel(BaseChatModel):
         seed = kwargs.get("seed", self.seed)
         if seed is not None:
             request["seed"] = seed
-        for key in ("repeat_penalty", "frequency_penalty"):
+        for key in PENALTIES:
             value = kwargs.get(key, getattr(self, key))
             if value is not None:
                 request[key] = value

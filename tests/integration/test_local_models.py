@@ -69,6 +69,17 @@ def test_temperature_zero_is_deterministic_and_sampling_varies(smol):
     assert len(outputs) >= 2
 
 
+def test_the_dry_sampler_reaches_llama_cpp():
+    # Greedy SmolLM2 copies the prompt's sentence verbatim; DRY penalises extending a
+    # sequence already in the context, so with it on the copy breaks off.
+    sentence = "The keeper climbed the stairs to light the lamp."
+    prompt = f"Write one line per item, each line saying '{sentence}'"
+    plain = load_llm("local:smollm2-135m", role="answer", max_tokens=32)
+    dry = load_llm("local:smollm2-135m", role="answer", max_tokens=32, dry_multiplier=0.8)
+    assert sentence in plain.invoke(prompt).text
+    assert sentence not in dry.invoke(prompt).text
+
+
 def test_both_roles_share_one_engine(smol):
     writer = load_llm("local:smollm2-135m", role="hypothesis")
     writer.invoke("hi", max_tokens=2)
