@@ -58,6 +58,24 @@ TOPICS = [
     "Sourdough bread rises thanks to wild yeast and bacteria.",
 ]
 
+FIVE_FILES = {
+    "lens.txt": "Augustin Fresnel designed a stepped lens of concentric prisms in 1822.",
+    "keeper.txt": "Keepers trimmed wicks and wound the clockwork every night.",
+    "fog.txt": "Fog signals used horns, bells and guns when the light could not be seen.",
+    "bees.txt": "Bees pollinate flowers and make honey in their hives.",
+    "yeast.txt": "Sourdough bread rises thanks to wild yeast and lactic bacteria.",
+}
+"""Five one-line text files by name: three on lighthouses, two on other things."""
+
+
+def write_files(folder: Path, files: dict[str, str] = FIVE_FILES) -> Path:
+    """``folder`` (created) holding ``files``, name -> text."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return folder
+
+
 PARAGRAPH = (
     "The keeper climbed the tower at dusk to light the lamp. {n} He wound the clockwork that "
     "turned the lens and wrote the weather in the log. Ships passing the reef counted the "

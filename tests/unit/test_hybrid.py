@@ -18,24 +18,14 @@ from hyde_lc.ingest import ingest_paths
 from hyde_lc.lexical import LexicalSearch, lexical_query, lexical_search_for
 from hyde_lc.retriever import HyDERetriever
 from hyde_lc.store import META_HEAD, SEQ, fresh_metadata, lexical_folder, open_store
-from tests.fakes import FakeEmbeddings, ScriptedChat, long_text
+from tests.fakes import FIVE_FILES, FakeEmbeddings, ScriptedChat, long_text, write_files
 
-TEXTS = {
-    "lens.txt": "Augustin Fresnel designed a stepped lens of concentric prisms in 1822.",
-    "keeper.txt": "Keepers trimmed wicks and wound the clockwork every night.",
-    "fog.txt": "Fog signals used horns, bells and guns when the light could not be seen.",
-    "bees.txt": "Bees pollinate flowers and make honey in their hives.",
-    "yeast.txt": "Sourdough bread rises thanks to wild yeast and lactic bacteria.",
-}
+TEXTS = FIVE_FILES
 
 
 @pytest.fixture
 def folder(tmp_path):
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    for name, text in TEXTS.items():
-        (docs / name).write_text(text)
-    return docs
+    return write_files(tmp_path / "docs")
 
 
 @pytest.fixture

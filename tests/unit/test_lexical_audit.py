@@ -11,23 +11,14 @@ from hyde_lc.hybrid_collection import AUDIT_ENV, HybridCollection, audit_interva
 from hyde_lc.ingest import ingest_paths
 from hyde_lc.lexical import lexical_query, lexical_search_for, read_state
 from hyde_lc.store import open_store
-from tests.fakes import FakeEmbeddings, recorded_threads
+from tests.fakes import FIVE_FILES, FakeEmbeddings, recorded_threads, write_files
 
-TEXTS = {
-    "lens.txt": "Augustin Fresnel designed a stepped lens of concentric prisms in 1822.",
-    "keeper.txt": "Keepers trimmed wicks and wound the clockwork every night.",
-    "fog.txt": "Fog signals used horns, bells and guns when the light could not be seen.",
-    "bees.txt": "Bees pollinate flowers and make honey in their hives.",
-    "yeast.txt": "Sourdough bread rises thanks to wild yeast and lactic bacteria.",
-}
+TEXTS = FIVE_FILES
 
 
 @pytest.fixture
 def store(tmp_path):
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    for name, text in TEXTS.items():
-        (docs / name).write_text(text)
+    docs = write_files(tmp_path / "docs")
     st = open_store(tmp_path / "store", embeddings=FakeEmbeddings(size=32))
     ingest_paths([docs], st, progress=False)
     return st
