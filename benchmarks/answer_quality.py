@@ -38,7 +38,6 @@ import json
 import platform
 import re
 import statistics
-import subprocess
 import tempfile
 import time
 from collections import Counter
@@ -49,6 +48,7 @@ from typing import Any
 
 import hyde_lc.answer as answer_module
 from benchmarks.neighbor_context import content_words
+from benchmarks.provenance import head_commit
 from benchmarks.sample_qa import abstained
 from hyde_lc import (
     HyDERetriever,
@@ -279,9 +279,7 @@ def main() -> None:
     log = args.out.with_suffix(".jsonl")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     rows = run(_sets(args.tutorial, args.sets), args.candidates, args.llm, args.k, log)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    commit = head_commit()
     meta = {"date": date.today().isoformat(), "commit": commit, "llm": args.llm, "k": args.k}
     meta["machine"] = platform.machine()
     args.out.parent.mkdir(parents=True, exist_ok=True)

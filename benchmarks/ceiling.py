@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import subprocess
 import time
 from dataclasses import dataclass
 from datetime import date
@@ -55,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.provenance import head_commit
 from hyde_lc.bench.beir import BeirDataset, load_beir
 from hyde_lc.bench.retrieval import (
     DEPTH,
@@ -325,9 +325,7 @@ def main() -> None:
                 r[key] = paired(base["per_query_ndcg"], r["per_query_ndcg"], base["name"])
 
     check = package_check(args, data, results) if args.check else None
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    commit = head_commit()
     meta = {
         "dataset": data.name,
         "split": args.split,

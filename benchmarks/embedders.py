@@ -28,7 +28,6 @@ import argparse
 import json
 import platform
 import random
-import subprocess
 import time
 from datetime import date
 from pathlib import Path
@@ -36,6 +35,7 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
+from benchmarks.provenance import head_commit
 from hyde_lc.bench.beir import load_beir
 from hyde_lc.bench.retrieval import (
     HYBRID,
@@ -190,9 +190,7 @@ def main() -> None:
                 "models": speed(models, batch, args.speed_rounds),
             }
 
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    commit = head_commit()
     meta = {
         "dataset": data.name,
         "split": args.split,
