@@ -26,10 +26,12 @@ removed after, so the collection never loses a document that was already searcha
 
 Searches never see part of a document. A document of up to one Chroma write (5,461
 chunks embedded, about 4 MB of text at the default chunk size) is written in one call,
-so whole or not at all. A larger one is written in several calls while marked pending
-(`hyde_lc.store.visible_where`): searches see its previous version, if any, until the
-new one is complete, then the new one only. Each call is a checkpoint: after a kill or
-a failure, ingesting the same file again embeds only the chunks not yet written.
+so whole or not at all; consecutive small documents share one embedding pass and one
+write (up to ``batch_size`` chunks), each still whole or not at all. A larger one is
+written in several calls while marked pending (`hyde_lc.store.visible_where`): searches
+see its previous version, if any, until the new one is complete, then the new one only.
+Each call is a checkpoint: after a kill or a failure, ingesting the same file again
+embeds only the chunks not yet written.
 
 Memory stays bounded whatever the file size: files are checked and hashed in a first
 pass, then read, split and written one segment (a few MB of text) and one write at a
@@ -577,14 +579,69 @@ def _write_documents(
         check_free(store_folder(store), space_needed(to_embed, dimension, chars, 700 * to_embed))
         prepare_write(store, dimension)
     limit = min(settings.max_write or 10**9, max_write(store))
-    results: list[FileResult] = []
+    results: dict[int, FileResult] = {}  # by id() of the plan: files keep their order
     quiet = not settings.progress or not to_embed  # nothing to embed: no empty bar
     with tqdm(total=to_embed, unit="chunk", desc="embedding", disable=quiet) as bar:
-        for plan in plans:
-            result = _write_document(write, plan, embeddings, settings, limit, bar)
-            results.append(result)
+        group = _Group(min(limit, max(settings.batch_size, 1)))
+
+        def done(plan: _Plan, result: FileResult) -> None:
             logger.info("%s %s (%d chunks)", result.status, result.source, result.chunks)
-    return results
+            results[id(plan)] = result
+
+        def flush() -> None:
+            members = [plan for plan, _ in group.members]
+            written = _write_group(write, group, embeddings, settings, limit, bar)
+            for plan, result in zip(members, written, strict=True):
+                done(plan, result)
+
+        for plan in plans:
+            whole = plan.count <= limit and not plan.pending  # else written in parts
+            if plan.count and plan.current < plan.count and whole:
+                chunks = list(_plan_chunks(plan, settings))
+                if not group.takes(chunks):
+                    flush()
+                group.add(plan, chunks)
+                if group.full:
+                    flush()
+                continue
+            if plan.stale or plan.pending or plan.current < plan.count:
+                flush()  # files are written in their order: the group before this one first
+            done(plan, _write_document(write, plan, embeddings, settings, limit, bar))
+        flush()
+    return [results[id(plan)] for plan in plans]
+
+
+@dataclass
+class _Group:
+    """Consecutive whole documents written in one embedding pass and one Chroma call.
+
+    Small documents (a SciFact abstract is about 2 chunks) each paid a Chroma upsert, a
+    lexical-index commit and an embedding call too short for the batch session; grouped,
+    they share them. A document is never split between two groups, and one Chroma call is
+    one transaction, so each document is still searchable whole or not at all.
+    """
+
+    size: int
+    """Chunks at which the group is written (the embedding batch, at most one Chroma call)."""
+    members: list[tuple[_Plan, list[Chunk]]] = field(default_factory=list)
+    chunks: int = 0
+    chars: int = 0
+
+    def takes(self, chunks: list[Chunk]) -> bool:
+        """Whether one more document's ``chunks`` fit this group's Chroma call."""
+        if not self.members:
+            return True
+        chars = sum(len(c.text) for c in chunks)
+        return self.chunks + len(chunks) <= self.size and self.chars + chars <= _WRITE_CHARS
+
+    def add(self, plan: _Plan, chunks: list[Chunk]) -> None:
+        self.members.append((plan, chunks))
+        self.chunks += len(chunks)
+        self.chars += sum(len(c.text) for c in chunks)
+
+    @property
+    def full(self) -> bool:
+        return self.chunks >= self.size or self.chars >= _WRITE_CHARS
 
 
 def _prune_pending(write: Write) -> set[str]:
@@ -614,24 +671,27 @@ def _write_document(
         status = "replaced" if plan.stale else "unchanged"
     else:
         status = "replaced" if plan.stale else "added"
-        chunks = iter_chunks(
-            source.source,
-            source.doc_id,
-            source.segments(),
-            source.page_at,
-            settings.model,
-            plan.chunk_size,
-            plan.chunk_overlap,
-            plan.count,
-            source.script,
-            pdf_page_labels(source.path) if source.kind == "pdf" else None,
-        )
-        if plan.count <= limit and not plan.pending:
-            embedded = _write_whole(write, plan, list(chunks), embeddings, settings, bar)
-        else:
-            embedded = _write_in_parts(write, plan, chunks, embeddings, settings, limit, bar)
+        chunks = _plan_chunks(plan, settings)
+        embedded = _write_in_parts(write, plan, chunks, embeddings, settings, limit, bar)
     _retire_old_versions(write, plan, limit)
     return FileResult(source.source, status, plan.count, source.notes, embedded)
+
+
+def _plan_chunks(plan: _Plan, settings: _Settings) -> Iterator[Chunk]:
+    """The chunks of ``plan``'s document, read and split one segment at a time."""
+    source = plan.source
+    return iter_chunks(
+        source.source,
+        source.doc_id,
+        source.segments(),
+        source.page_at,
+        settings.model,
+        plan.chunk_size,
+        plan.chunk_overlap,
+        plan.count,
+        source.script,
+        pdf_page_labels(source.path) if source.kind == "pdf" else None,
+    )
 
 
 def _embed(chunks: list[Chunk], embeddings: Embeddings, batch_size: int, bar: tqdm) -> np.ndarray:
@@ -653,32 +713,62 @@ def _write(write: Write, chunks: list[Chunk], vectors: np.ndarray) -> None:
     )
 
 
-def _write_whole(
+def _write_group(
     write: Write,
-    plan: _Plan,
-    chunks: list[Chunk],
+    group: _Group,
     embeddings: Embeddings,
     settings: _Settings,
+    limit: int,
     bar: tqdm,
-) -> int:
-    """Write a document that fits one Chroma call: searchable whole or not at all."""
-    present = present_ids(write.owner.store, [c.id for c in chunks]) if plan.current else set()
-    missing = [c for c in chunks if c.id not in present]
-    if not missing:
-        return 0
+) -> list[FileResult]:
+    """Write a group's documents in one Chroma call, all of them or none.
+
+    Then retire their old versions, and empty the group.
+    """
+    members, group.members, group.chunks, group.chars = group.members, [], 0, 0
+    if not members:
+        return []
+    store = write.owner.store
+    resumed = [c.id for plan, chunks in members if plan.current for c in chunks]
+    present = present_ids(store, resumed) if resumed else set()
+    missing = [[c for c in chunks if c.id not in present] for _, chunks in members]
+    to_write = [c for chunks in missing for c in chunks]
     try:
-        _write(write, missing, _embed(missing, embeddings, settings.batch_size, bar))
+        if to_write:
+            _write(write, to_write, _embed(to_write, embeddings, settings.batch_size, bar))
     except IngestError:
         raise
     except NoSpaceError as exc:
-        raise NoSpaceError(f"{plan.source.source}: {exc}") from exc
+        raise NoSpaceError(f"{_names(members)}: {exc}") from exc
     except Exception as exc:
-        raise IngestError(
-            f"{plan.source.source}: writing its chunks failed ({type(exc).__name__}: {exc}); "
-            "the partial write was undone and the collection is as before. Fix the cause "
-            "and ingest again."
-        ) from exc
-    return len(missing)
+        raise IngestError(_group_failed(members, exc)) from exc
+    results = []
+    for (plan, _), written in zip(members, missing, strict=True):
+        _retire_old_versions(write, plan, limit)
+        status: Status = "replaced" if plan.stale else "added"
+        source = plan.source
+        results.append(FileResult(source.source, status, plan.count, source.notes, len(written)))
+    return results
+
+
+def _names(members: list[tuple[_Plan, list[Chunk]]]) -> str:
+    names = [plan.source.source for plan, _ in members]
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _group_failed(members: list[tuple[_Plan, list[Chunk]]], exc: Exception) -> str:
+    why = f"{type(exc).__name__}: {exc}"
+    if len(members) == 1:
+        return (
+            f"{_names(members)}: writing its chunks failed ({why}); the partial write was "
+            "undone and the collection is as before. Fix the cause and ingest again."
+        )
+    return (
+        f"{_names(members)}: writing the chunks of these {len(members)} files (one Chroma "
+        f"call) failed ({why}); the partial write was undone, so the collection is as "
+        "before for them (files before them in this call are written). Fix the cause and "
+        "ingest again: files already written are not embedded again."
+    )
 
 
 def _write_in_parts(
