@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -95,8 +96,9 @@ def ingest_documents(
     ``source`` are added or updated by id only.
 
     A source of up to one Chroma write (5,461 chunks) is written in one call, whole or
-    not at all; a larger one in several calls, so a search running meanwhile may see
-    part of it. Returns one `FileResult` per source (status ``added``, ``replaced`` or
+    not at all (consecutive sources with few chunks share one call and one embedding
+    pass of up to ``batch_size`` chunks); a larger one in several calls, so a search
+    running meanwhile may see part of it. Returns one `FileResult` per source (status ``added``, ``replaced`` or
     ``unchanged``), in the order the sources first appear.
     """
     embeddings = store.embeddings
@@ -108,17 +110,43 @@ def ingest_documents(
     if not groups:
         return IngestReport([])
     resume = "ingest the same Documents again: chunks already written are not embedded twice"
-    results: list[FileResult] = []
     total = sum(len(chunks) for chunks in groups.values())
+    given = {id_ for chunks in groups.values() for id_ in chunks}
+    results: dict[str, FileResult] = {}
     with (
         server_lost_as_error(store, resume),
         HybridCollection.of(store).writing() as write,
         tqdm(total=total, unit="chunk", desc="embedding", disable=not progress) as bar,
     ):
         prepare_write(store, embedding_dimension(embeddings))
+        limit = max_write(store)
+        size = min(limit, max(batch_size, 1))
+        batch: list[_SourcePlan] = []
+
+        def flush() -> None:
+            _upsert(write, [d for plan in batch for d in plan.missing], batch, batch_size, bar)
+            for plan in batch:
+                results[plan.source] = _finish(write, plan, given, limit)
+            batch.clear()
+
         for source, chunks in groups.items():
-            results.append(_write_source(write, source, chunks, replace, batch_size, bar))
-    return IngestReport(results)
+            plan = _plan_source(write, source, chunks, replace, bar)
+            if len(plan.missing) > limit:  # one source in several writes
+                flush()
+                for start in range(0, len(plan.missing), limit):
+                    part = plan.missing[start : start + limit]
+                    _upsert(write, part, [plan], batch_size, bar)
+                results[source] = _finish(write, plan, given, limit)
+                continue
+            # Sources with few new chunks share one embedding pass and one Chroma write
+            # (one transaction: each source whole or not at all).
+            if sum(len(b.missing) for b in batch) + len(plan.missing) > size:
+                flush()
+            batch.append(plan)
+            if sum(len(b.missing) for b in batch) >= size:
+                flush()
+        flush()
+    return IngestReport([results[source] for source in groups])
 
 
 def _by_source(documents: list[Document]) -> dict[str, dict[str, Document]]:
@@ -171,15 +199,26 @@ def _check_metadata(meta: dict[str, Any], number: int) -> None:
             )
 
 
-def _write_source(
-    write: Write,
-    source: str,
-    chunks: dict[str, Document],
-    replace: bool,
-    batch_size: int,
-    bar: tqdm,
-) -> FileResult:
-    """Bring one source's chunks in the collection to ``chunks``."""
+@dataclass
+class _SourcePlan:
+    """One source's chunks given against what the collection holds."""
+
+    source: str
+    ids: list[str]
+    existing: set[str]
+    """Ids the collection holds for this source (read only when replacing it)."""
+    held: set[str]
+    """Ids given that the collection holds already."""
+    missing: list[Document]
+    """Chunks to write: new, or stored with another text or metadata."""
+    stored_keys: dict[str, set[str]]
+    """Each held chunk's metadata keys as stored."""
+
+
+def _plan_source(
+    write: Write, source: str, chunks: dict[str, Document], replace: bool, bar: tqdm
+) -> _SourcePlan:
+    """What one source's chunks need: the reads, before any write of this source."""
     store = write.owner.store
     ids = list(chunks)
     existing: set[str] = set()
@@ -188,27 +227,38 @@ def _write_source(
             existing.update(str(i) for i in page["ids"])
     held = present_ids(store, ids)
     present, stored_keys = _unchanged(write, chunks, held)
-    missing = [chunks[i] for i in ids if i not in present]
     bar.update(len(present))
-    limit = max_write(store)
-    embedded = 0
-    for start in range(0, len(missing), limit):
-        part = missing[start : start + limit]
-        vectors = _embed(store, part, batch_size, bar)
-        write.upsert(
-            [str(d.id) for d in part],
-            vectors,
-            # Chroma merges a record's metadata on upsert: a key dropped is set to None
-            [{**dict.fromkeys(stored_keys.get(str(d.id), ())), **d.metadata} for d in part],
-            [d.page_content for d in part],
-        )
-        embedded += len(part)
-    stale = sorted(existing - set(ids))
+    missing = [chunks[i] for i in ids if i not in present]
+    return _SourcePlan(source, ids, existing, held, missing, stored_keys)
+
+
+def _upsert(
+    write: Write, docs: list[Document], plans: list[_SourcePlan], batch_size: int, bar: tqdm
+) -> None:
+    """Embed ``docs`` and write them in one Chroma call (all or none)."""
+    if not docs:
+        return
+    keys = {id_: k for plan in plans for id_, k in plan.stored_keys.items()}
+    write.upsert(
+        [str(d.id) for d in docs],
+        _embed(write.owner.store, docs, batch_size, bar),
+        # Chroma merges a record's metadata on upsert: a key dropped is set to None
+        [{**dict.fromkeys(keys.get(str(d.id), ())), **d.metadata} for d in docs],
+        [d.page_content for d in docs],
+    )
+
+
+def _finish(write: Write, plan: _SourcePlan, given: set[str], limit: int) -> FileResult:
+    """After its chunks are written: delete what the source no longer holds; its result.
+
+    A chunk this call gives under another source has moved there, and is kept.
+    """
+    stale = sorted(plan.existing - given)
     write.delete(stale, limit)
-    status: Status = "replaced" if existing or held else "added"
-    if not (missing or stale):
+    status: Status = "replaced" if plan.existing or plan.held else "added"
+    if not (plan.missing or stale):
         status = "unchanged"
-    return FileResult(source or "(no source)", status, len(ids), [], embedded)
+    return FileResult(plan.source or "(no source)", status, len(plan.ids), [], len(plan.missing))
 
 
 def _unchanged(

@@ -179,3 +179,52 @@ def test_unchanged_files_between_changed_ones_do_not_break_the_group(tmp_path, u
     report = ingest_paths(paths, store, progress=False, **SMALL)
     assert [f.status for f in report.files] == ["replaced", "unchanged"] * 3
     assert [len(call) for call in upserts] == [3]
+
+
+# -- LangChain Documents (ingest_documents) -----------------------------------------------
+
+
+def test_sources_with_few_chunks_share_writes_and_keep_their_order(tmp_path, upserts):
+    from langchain_core.documents import Document
+
+    from hyde_lc.document_ingest import ingest_documents
+
+    docs = [
+        Document(f"{WORDS[i]} paragraph {j} of source {i}", metadata={"source": f"s{i}"})
+        for i in range(10)
+        for j in range(2)
+    ]
+    embeddings = BatchLogEmbeddings(size=32)
+    store = open_store(tmp_path / "store", embeddings=embeddings)
+    report = ingest_documents(docs, store, batch_size=8)
+    assert [(f.source, f.status, f.embedded) for f in report.files] == [
+        (f"s{i}", "added", 2) for i in range(10)
+    ]
+    assert [len(call) for call in upserts] == [8, 8, 4] and embeddings.sizes == [8, 8, 4]
+    held = store.get(include=["documents", "embeddings", "metadatas"])
+    expected = FakeEmbeddings(size=32).embed_documents(held["documents"])
+    assert np.allclose(held["embeddings"], expected, atol=1e-6)
+    source_of = dict(zip(held["ids"], (m["source"] for m in held["metadatas"]), strict=True))
+    assert sum(len({source_of[i] for i in call}) for call in upserts) == 10
+
+
+def test_a_chunk_moved_to_a_later_source_of_the_same_write_is_kept(tmp_path, upserts):
+    from langchain_core.documents import Document
+
+    from hyde_lc.document_ingest import ingest_documents
+
+    store = open_store(tmp_path / "store", embeddings=FakeEmbeddings(size=32))
+    ingest_documents([Document("tides", id="x", metadata={"source": "a"})], store)
+    upserts.clear()
+    moved = [
+        Document("currents", id="y", metadata={"source": "a"}),
+        Document("tides", id="x", metadata={"source": "b"}),
+    ]
+    report = ingest_documents(moved, store)
+    assert [(f.source, f.status) for f in report.files] == [("a", "replaced"), ("b", "replaced")]
+    assert upserts == [["y", "x"]]  # one write for both sources
+    held = store.get(include=["metadatas"])
+    assert dict(zip(held["ids"], (m["source"] for m in held["metadatas"]), strict=True)) == {
+        "x": "b",
+        "y": "a",
+    }
