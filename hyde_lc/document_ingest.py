@@ -45,7 +45,7 @@ from tqdm.auto import tqdm
 
 from hyde_lc.errors import IngestError
 from hyde_lc.hybrid_collection import HybridCollection, Write
-from hyde_lc.ingest import FileResult, IngestReport, Status
+from hyde_lc.ingest import FileResult, IngestReport, Status, check_counts
 from hyde_lc.store import (
     SEQ,
     check_embeddings,
@@ -98,12 +98,13 @@ def ingest_documents(
     A source of up to one Chroma write (5,461 chunks) is written in one call, whole or
     not at all (consecutive sources with few chunks share one call and one embedding
     pass of up to ``batch_size`` chunks); a larger one in several calls, so a search
-    running meanwhile may see part of it. Returns one `FileResult` per source (status ``added``, ``replaced`` or
-    ``unchanged``), in the order the sources first appear.
+    running meanwhile may see part of it. Returns one `FileResult` per source (status
+    ``added``, ``replaced`` or ``unchanged``), in the order the sources first appear.
     """
     embeddings = store.embeddings
     if embeddings is None:
         raise IngestError("the store has no embedding function; open it with open_store()")
+    check_counts(batch_size=batch_size)
     ensure_writable(store)
     check_embeddings(store, embeddings)
     groups = _by_source(list(documents))

@@ -426,6 +426,7 @@ def ingest_paths(
     check_embeddings(store, embeddings)
     model = embedding_model_id(embeddings)
     resolve_chunking("latin", model, chunk_size, chunk_overlap)  # bad settings fail first
+    check_counts(batch_size=batch_size, max_write=max_write)
     found = find_files(paths, follow_links)
     for path in found.files:  # all sizes first: a huge last file fails before any reading
         check_file_size(path, max_file_bytes)
@@ -457,6 +458,26 @@ def ingest_paths(
     ):
         written = _write_documents(write, sources, embeddings, settings)
     return IngestReport(written + skipped, warnings)
+
+
+def check_counts(**counts: int | None) -> None:
+    """Refuse a chunk count setting below 1 (None means the default), naming it.
+
+    Example:
+        >>> check_counts(batch_size=64, max_write=None)
+        >>> check_counts(batch_size=0)
+        Traceback (most recent call last):
+        ...
+        hyde_lc.errors.IngestError: batch_size must be a whole number of chunks, at least 1 (got 0)
+
+    """
+    for name, value in counts.items():
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise IngestError(
+                f"{name} must be a whole number of chunks, at least 1 (got {value!r})"
+            )
 
 
 def _language_warnings(store: Chroma, model: str, sources: list[TextSource]) -> list[str]:

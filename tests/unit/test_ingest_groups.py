@@ -228,3 +228,20 @@ def test_a_chunk_moved_to_a_later_source_of_the_same_write_is_kept(tmp_path, ups
         "x": "b",
         "y": "a",
     }
+
+
+@pytest.mark.parametrize("bad", [{"batch_size": 0}, {"batch_size": -3}, {"max_write": 0}])
+def test_a_chunk_count_below_one_is_refused_before_anything_is_written(tmp_path, bad):
+    from langchain_core.documents import Document
+
+    from hyde_lc.document_ingest import ingest_documents
+
+    (path,) = small_files(tmp_path / "docs", 1)
+    store = open_store(tmp_path / "store", embeddings=FakeEmbeddings(size=32))
+    (name,) = bad
+    with pytest.raises(IngestError, match=rf"^{name} must be a whole number of chunks, at least 1"):
+        ingest_paths([path], store, progress=False, **bad)
+    if name == "batch_size":
+        with pytest.raises(IngestError, match="batch_size must be a whole number"):
+            ingest_documents([Document("tides", metadata={"source": "a"})], store, **bad)
+    assert not (tmp_path / "store").exists()
