@@ -23,7 +23,7 @@ hybrid always runs).
 
     python -m benchmarks.chunk_maxp scifact --split train \\
         --out benchmarks/results/chunk_maxp/train.json
-    python -m benchmarks.chunk_maxp scifact --split test --rows hybrid-maxp three \\
+    python -m benchmarks.chunk_maxp scifact --split test --rows three dense-both \\
         --out benchmarks/results/chunk_maxp/test.json
 """
 
