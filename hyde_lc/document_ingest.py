@@ -123,15 +123,21 @@ def ingest_documents(
         limit = max_write(store)
         size = min(limit, max(batch_size, 1))
         batch: list[_SourcePlan] = []
+        queued = 0  # chunks in the batch
 
         def flush() -> None:
+            nonlocal queued
             _upsert(write, [d for plan in batch for d in plan.missing], batch, batch_size, bar)
             for plan in batch:
                 results[plan.source] = _finish(write, plan, given, limit)
             batch.clear()
+            queued = 0
 
         for source, chunks in groups.items():
             plan = _plan_source(write, source, chunks, replace, bar)
+            if not plan.missing:  # all its chunks are stored: only deletes, if any
+                results[source] = _finish(write, plan, given, limit)
+                continue
             if len(plan.missing) > limit:  # one source in several writes
                 flush()
                 for start in range(0, len(plan.missing), limit):
@@ -141,10 +147,11 @@ def ingest_documents(
                 continue
             # Sources with few new chunks share one embedding pass and one Chroma write
             # (one transaction: each source whole or not at all).
-            if sum(len(b.missing) for b in batch) + len(plan.missing) > size:
+            if queued + len(plan.missing) > size:
                 flush()
             batch.append(plan)
-            if sum(len(b.missing) for b in batch) >= size:
+            queued += len(plan.missing)
+            if queued >= size:
                 flush()
         flush()
     return IngestReport([results[source] for source in groups])
@@ -205,6 +212,8 @@ class _SourcePlan:
     """One source's chunks given against what the collection holds."""
 
     source: str
+    replacing: bool
+    """Whether the call replaces this source (then ``existing`` is read)."""
     ids: list[str]
     existing: set[str]
     """Ids the collection holds for this source (read only when replacing it)."""
@@ -230,7 +239,8 @@ def _plan_source(
     present, stored_keys = _unchanged(write, chunks, held)
     bar.update(len(present))
     missing = [chunks[i] for i in ids if i not in present]
-    return _SourcePlan(source, ids, existing, held, missing, stored_keys)
+    replacing = replace and source != NO_SOURCE
+    return _SourcePlan(source, replacing, ids, existing, held, missing, stored_keys)
 
 
 def _upsert(
@@ -256,8 +266,10 @@ def _finish(write: Write, plan: _SourcePlan, given: set[str], limit: int) -> Fil
     """
     stale = sorted(plan.existing - given)
     write.delete(stale, limit)
-    status: Status = "replaced" if plan.existing or plan.held else "added"
-    if not (plan.missing or stale):
+    moved_out = plan.existing - set(plan.ids) - set(stale)
+    # A source replaced had chunks of its own before; one only added to had any of its ids.
+    status: Status = "replaced" if (plan.existing if plan.replacing else plan.held) else "added"
+    if not (plan.missing or stale or moved_out):
         status = "unchanged"
     return FileResult(plan.source or "(no source)", status, len(plan.ids), [], len(plan.missing))
 

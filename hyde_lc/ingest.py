@@ -60,10 +60,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import numbers
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from langchain_chroma import Chroma
@@ -473,7 +474,7 @@ def check_counts(**counts: int | None) -> None:
     """
     for name, value in counts.items():
         if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 1
+            isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1
         ):
             raise IngestError(
                 f"{name} must be a whole number of chunks, at least 1 (got {value!r})"
@@ -601,13 +602,18 @@ def _write_documents(
         prepare_write(store, dimension)
     limit = min(settings.max_write or 10**9, max_write(store))
     results: dict[int, FileResult] = {}  # by id() of the plan: files keep their order
+    logged = 0
     quiet = not settings.progress or not to_embed  # nothing to embed: no empty bar
     with tqdm(total=to_embed, unit="chunk", desc="embedding", disable=quiet) as bar:
         group = _Group(min(limit, max(settings.batch_size, 1)))
 
         def done(plan: _Plan, result: FileResult) -> None:
-            logger.info("%s %s (%d chunks)", result.status, result.source, result.chunks)
+            nonlocal logged
             results[id(plan)] = result
+            while logged < len(plans) and id(plans[logged]) in results:  # in file order
+                shown = results[id(plans[logged])]
+                logger.info("%s %s (%d chunks)", shown.status, shown.source, shown.chunks)
+                logged += 1
 
         def flush() -> None:
             members = [plan for plan, _ in group.members]
@@ -618,14 +624,18 @@ def _write_documents(
         for plan in plans:
             whole = plan.count <= limit and not plan.pending  # else written in parts
             if plan.count and plan.current < plan.count and whole:
-                chunks = list(_plan_chunks(plan, settings))
+                try:
+                    chunks = list(_plan_chunks(plan, settings))
+                except Exception:
+                    flush()  # the files before this one are written, as the error implies
+                    raise
                 if not group.takes(chunks):
                     flush()
                 group.add(plan, chunks)
                 if group.full:
                     flush()
                 continue
-            if plan.stale or plan.pending or plan.current < plan.count:
+            if plan.count and (plan.stale or plan.pending or plan.current < plan.count):
                 flush()  # files are written in their order: the group before this one first
             done(plan, _write_document(write, plan, embeddings, settings, limit, bar))
         flush()
@@ -763,9 +773,9 @@ def _write_group(
         raise NoSpaceError(f"{_names(members)}: {exc}") from exc
     except Exception as exc:
         raise IngestError(_group_failed(members, exc)) from exc
+    _retire_group(write, [plan for plan, _ in members], limit)  # members are never pending
     results = []
     for (plan, _), written in zip(members, missing, strict=True):
-        _retire_old_versions(write, plan, limit)
         status: Status = "replaced" if plan.stale else "added"
         source = plan.source
         results.append(FileResult(source.source, status, plan.count, source.notes, len(written)))
@@ -859,15 +869,27 @@ def _retire_old_versions(write: Write, plan: _Plan, limit: int) -> None:
     if plan.pending:
         write.set_pending(add=plan.stale_versions, remove=[plan.version])
         plan.pending = False
-    if not plan.stale:
-        return
-    name = plan.source.source
-    if plan.stale_versions:
-        versions = sorted(plan.stale_versions)
-        write.delete_where({"$and": [{"source": name}, {DOC_VERSION: {"$in": versions}}]})
-    if plan.stale_doc_ids:
-        doc_ids = sorted(plan.stale_doc_ids)
-        write.delete_where({"$and": [{"source": name}, {"doc_id": {"$in": doc_ids}}]})
-    write.delete(plan.stale_ids, limit)
-    if plan.stale_versions:
-        write.set_pending(remove=plan.stale_versions)
+    _retire_group(write, [plan], limit)
+
+
+def _retire_group(write: Write, plans: list[_Plan], limit: int) -> None:
+    """Delete the old versions of documents whose new versions are written, together.
+
+    One delete for a whole group, so a replaced file's two versions are both searchable
+    only as long as that delete takes, not while the other files' are removed one by one.
+    """
+    clauses: list[dict[str, Any]] = []
+    for plan in plans:
+        name = plan.source.source
+        if plan.stale_versions:
+            versions = sorted(plan.stale_versions)
+            clauses.append({"$and": [{"source": name}, {DOC_VERSION: {"$in": versions}}]})
+        if plan.stale_doc_ids:
+            doc_ids = sorted(plan.stale_doc_ids)
+            clauses.append({"$and": [{"source": name}, {"doc_id": {"$in": doc_ids}}]})
+    if clauses:
+        write.delete_where(clauses[0] if len(clauses) == 1 else {"$or": clauses})
+    write.delete([id_ for plan in plans for id_ in plan.stale_ids], limit)
+    retired = {version for plan in plans for version in plan.stale_versions}
+    if retired:
+        write.set_pending(remove=retired)

@@ -221,7 +221,7 @@ def test_a_chunk_moved_to_a_later_source_of_the_same_write_is_kept(tmp_path, ups
         Document("tides", id="x", metadata={"source": "b"}),
     ]
     report = ingest_documents(moved, store)
-    assert [(f.source, f.status) for f in report.files] == [("a", "replaced"), ("b", "replaced")]
+    assert [(f.source, f.status) for f in report.files] == [("a", "replaced"), ("b", "added")]
     assert upserts == [["y", "x"]]  # one write for both sources
     held = store.get(include=["metadatas"])
     assert dict(zip(held["ids"], (m["source"] for m in held["metadatas"]), strict=True)) == {
@@ -245,3 +245,85 @@ def test_a_chunk_count_below_one_is_refused_before_anything_is_written(tmp_path,
         with pytest.raises(IngestError, match="batch_size must be a whole number"):
             ingest_documents([Document("tides", metadata={"source": "a"})], store, **bad)
     assert not (tmp_path / "store").exists()
+
+
+def test_a_source_that_only_loses_a_chunk_to_another_is_replaced(tmp_path):
+    from langchain_core.documents import Document
+
+    from hyde_lc.document_ingest import ingest_documents
+
+    store = open_store(tmp_path / "store", embeddings=FakeEmbeddings(size=32))
+    kept = Document("currents", id="w", metadata={"source": "a"})
+    ingest_documents([kept, Document("tides", id="x", metadata={"source": "a"})], store)
+    report = ingest_documents([kept, Document("tides", id="x", metadata={"source": "b"})], store)
+    assert [(f.source, f.status, f.embedded) for f in report.files] == [
+        ("a", "replaced", 0),
+        ("b", "added", 1),
+    ]
+
+
+def test_unchanged_sources_are_settled_without_waiting_for_a_write(tmp_path, monkeypatch):
+    from langchain_core.documents import Document
+
+    import hyde_lc.document_ingest as document_ingest
+
+    docs = [Document(f"text {i}", id=f"d{i}", metadata={"source": f"s{i}"}) for i in range(5)]
+    store = open_store(tmp_path / "store", embeddings=FakeEmbeddings(size=32))
+    document_ingest.ingest_documents(docs, store)
+    finished: list[str] = []
+    real = document_ingest._finish
+
+    def record(write, plan, given, limit):
+        finished.append(plan.source)
+        return real(write, plan, given, limit)
+
+    monkeypatch.setattr(document_ingest, "_finish", record)
+    docs[1] = Document("text 1, changed", id="d1", metadata={"source": "s1"})
+    report = document_ingest.ingest_documents(docs, store, batch_size=8)
+    assert [f.status for f in report.files] == ["unchanged", "replaced"] + ["unchanged"] * 3
+    # s1 waits for its group's write (the last one); the others are settled on the way.
+    assert finished == ["s0", "s2", "s3", "s4", "s1"]
+
+
+def test_a_group_retires_its_old_versions_in_one_delete(tmp_path, monkeypatch, caplog):
+    paths = small_files(tmp_path / "docs", 4)
+    store = open_store(tmp_path / "store", embeddings=FakeEmbeddings(size=32))
+    ingest_paths(paths, store, progress=False, **SMALL)
+    for path in paths:
+        path.write_text(long_text(1, f"new-{path.stem}-"))
+    wheres: list[dict] = []
+    real = Write.delete_where
+
+    def record(self, where):
+        wheres.append(where)
+        return real(self, where)
+
+    monkeypatch.setattr(Write, "delete_where", record)
+    with caplog.at_level("INFO", logger="hyde_lc.ingest"):
+        report = ingest_paths(paths, store, progress=False, **SMALL)
+    assert [f.status for f in report.files] == ["replaced"] * 4
+    assert len(wheres) == 1 and len(wheres[0]["$or"]) == 4
+    assert chunks_by_doc(store) == {p.name: 1 for p in paths}
+    logged = [r.getMessage().split()[1] for r in caplog.records if r.getMessage()[:8] == "replaced"]
+    assert [Path(name).name for name in logged] == [p.name for p in paths]
+
+
+def test_log_lines_keep_the_files_order(tmp_path, caplog):
+    paths = small_files(tmp_path / "docs", 3)
+    store = open_store(tmp_path / "store", embeddings=FakeEmbeddings(size=32))
+    ingest_paths(paths[2:], store, progress=False, **SMALL)  # the last file: unchanged below
+    with caplog.at_level("INFO", logger="hyde_lc.ingest"):
+        ingest_paths(paths, store, progress=False, **SMALL)
+    lines = [r.getMessage().split()[:2] for r in caplog.records if "chunks)" in r.getMessage()]
+    assert [(status, Path(name).name) for status, name in lines] == [
+        ("added", "doc00.txt"),
+        ("added", "doc01.txt"),
+        ("unchanged", "doc02.txt"),
+    ]
+
+
+def test_a_numpy_integer_is_a_valid_batch_size(tmp_path):
+    paths = small_files(tmp_path / "docs", 2)
+    store = open_store(tmp_path / "store", embeddings=FakeEmbeddings(size=32))
+    report = ingest_paths(paths, store, progress=False, batch_size=np.int64(8))
+    assert [f.status for f in report.files] == ["added", "added"]
