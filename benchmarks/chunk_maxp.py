@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import time
 from datetime import date
@@ -39,18 +38,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
+from benchmarks.ceiling import paired
 from benchmarks.provenance import head_commit
 from hyde_lc.bench.beir import BeirDataset, load_beir
 from hyde_lc.bench.retrieval import (
     DEPTH,
     ExactIndex,
+    cached_matrix,
     corpus_index,
     corpus_lexical,
     ir_metrics,
-    paired_bootstrap,
     paired_cell,
+    top_k,
 )
 from hyde_lc.documents import LoadedDocument
 from hyde_lc.fusion import score_fusion
@@ -118,23 +118,13 @@ class Chunks:
             / f"{data.name}-{data.fingerprint()}-{model}-max{window}-chunks{chunking}.npy"
         )
         self.chunking = chunking
-        self.embed_seconds: float | None = None
-        if path.is_file():
-            self.matrix = np.load(path)
-            if len(self.matrix) != len(texts):
-                raise RuntimeError(f"{path} holds {len(self.matrix)} rows, not {len(texts)}")
-            return
+        fresh = not path.is_file()
         started = time.perf_counter()
-        rows: list[list[float]] = []
-        batch = 256  # the model sorts each batch by length: larger batches, less padding
-        for start in tqdm(range(0, len(texts), batch), desc="embedding chunks", unit="batch"):
-            rows.extend(embeddings.embed_documents(texts[start : start + batch]))
-        self.embed_seconds = round(time.perf_counter() - started, 1)
-        self.matrix = np.asarray(rows, dtype=np.float32)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp.npy")
-        np.save(tmp, self.matrix)
-        os.replace(tmp, path)
+        # the model sorts each batch by length: larger batches, less padding
+        self.matrix = cached_matrix(path, texts, embeddings, 256, "embedding chunks")
+        self.embed_seconds = round(time.perf_counter() - started, 1) if fresh else None
+        if len(self.matrix) != len(texts):
+            raise RuntimeError(f"{path} holds {len(self.matrix)} rows, not {len(texts)}")
 
     def maxp(self, query: np.ndarray) -> np.ndarray:
         """Every document's best chunk cosine with ``query`` (unit vector)."""
@@ -197,11 +187,7 @@ class Lists:
         self.cache: dict[tuple[str, str], list[tuple[str, float]]] = {}
 
     def _top(self, scores: np.ndarray) -> list[tuple[str, float]]:
-        # as `ExactIndex` ranks: argpartition, then a stable sort of the best DEPTH
-        k = min(DEPTH, len(scores))
-        top = np.argpartition(-scores, k - 1)[:k]
-        top = top[np.argsort(-scores[top], kind="stable")]
-        return [(self.index.ids[i], float(scores[i])) for i in top]
+        return [(self.index.ids[i], score) for i, score in top_k(scores, DEPTH)]  # as ExactIndex
 
     def get(self, name: str, q: str) -> list[tuple[str, float]]:
         key = (name, q)
@@ -227,12 +213,9 @@ class Lists:
         return [(doc, float(DEPTH - r)) for r, (doc, _) in enumerate(ranked[:DEPTH])]
 
 
-def paired(base: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
-    order = sorted(base["per_query_ndcg"])
-    delta, ci = paired_bootstrap(
-        [base["per_query_ndcg"][q] for q in order], [other["per_query_ndcg"][q] for q in order]
-    )
-    return {"reference": base["name"], "delta": delta, "ci": list(ci)}
+def paired_rows(base: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
+    """``other``'s nDCG@10 against ``base``'s, paired by query (`benchmarks.ceiling.paired`)."""
+    return paired(base["per_query_ndcg"], other["per_query_ndcg"], base["name"])
 
 
 def main() -> None:
@@ -275,9 +258,9 @@ def main() -> None:
         print(f"{NAMES[row]:45} nDCG@10 {100 * metrics['nDCG@10']:.1f}", flush=True)
     for row, r in results.items():
         if row != DEFAULT_ROW:
-            r["vs_default"] = paired(results[DEFAULT_ROW], r)
+            r["vs_default"] = paired_rows(results[DEFAULT_ROW], r)
         if row.startswith("dense-") and DENSE_ROW in results:
-            r["vs_dense"] = paired(results[DENSE_ROW], r)
+            r["vs_dense"] = paired_rows(results[DENSE_ROW], r)
 
     meta = {
         "dataset": data.name,

@@ -106,11 +106,7 @@ class ExactIndex(VectorStore):
 
     def _top(self, embedding: Sequence[float], k: int) -> list[tuple[int, float]]:
         query = np.asarray(embedding, dtype=np.float32)
-        scores = self.matrix @ (query / max(float(np.linalg.norm(query)), 1e-12))
-        k = min(k, len(scores))
-        top = np.argpartition(-scores, k - 1)[:k]
-        top = top[np.argsort(-scores[top], kind="stable")]
-        return [(int(i), float(scores[i])) for i in top]
+        return top_k(self.matrix @ (query / max(float(np.linalg.norm(query)), 1e-12)), k)
 
     def similarity_search_with_score_by_vector(
         self, embedding: list[float], k: int = 4, **kwargs: Any
@@ -154,6 +150,14 @@ class ExactIndex(VectorStore):
         return cls(ids, vectors, embedding, dict(zip(ids, texts, strict=True)))
 
 
+def top_k(scores: np.ndarray, k: int) -> list[tuple[int, float]]:
+    """Positions and scores of the ``k`` highest ``scores``, best first (ties: lower first)."""
+    k = min(k, len(scores))
+    top = np.argpartition(-scores, k - 1)[:k]
+    top = top[np.argsort(-scores[top], kind="stable")]
+    return [(int(i), float(scores[i])) for i in top]
+
+
 def corpus_index(data: BeirDataset, embeddings: Embeddings, batch: int = 64) -> ExactIndex:
     """Embed the corpus once per (corpus, model); later runs load the cached matrix."""
     model = embedding_model_id(embeddings).replace(":", "_").replace("/", "_")
@@ -161,19 +165,26 @@ def corpus_index(data: BeirDataset, embeddings: Embeddings, batch: int = 64) -> 
         cache_dir() / "bench" / f"{data.name}-{data.fingerprint()}-{model}{_window(embeddings)}.npy"
     )
     ids = sorted(data.corpus)
+    texts = [data.corpus[i] for i in ids]
+    matrix = cached_matrix(path, texts, embeddings, batch, f"embedding {data.name}")
+    return ExactIndex(ids, matrix, embeddings, data.corpus)
+
+
+def cached_matrix(
+    path: Path, texts: list[str], embeddings: Embeddings, batch: int, desc: str
+) -> np.ndarray:
+    """The vectors of ``texts`` from the ``.npy`` at ``path``, or embedded and saved there."""
     if path.is_file():
-        return ExactIndex(ids, np.load(path), embeddings, data.corpus)
+        return np.load(path)
     rows = []
-    for start in tqdm(range(0, len(ids), batch), desc=f"embedding {data.name}", unit="batch"):
-        rows.extend(
-            embeddings.embed_documents([data.corpus[i] for i in ids[start : start + batch]])
-        )
+    for start in tqdm(range(0, len(texts), batch), desc=desc, unit="batch"):
+        rows.extend(embeddings.embed_documents(texts[start : start + batch]))
     matrix = np.asarray(rows, dtype=np.float32)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.npy")
     np.save(tmp, matrix)
     os.replace(tmp, path)
-    return ExactIndex(ids, matrix, embeddings, data.corpus)
+    return matrix
 
 
 def _window(embeddings: Embeddings) -> str:
