@@ -121,7 +121,7 @@ def ingest_documents(
     ):
         prepare_write(store, embedding_dimension(embeddings))
         limit = max_write(store)
-        size = min(limit, max(batch_size, 1))
+        size = min(limit, batch_size)
         batch: list[_SourcePlan] = []
         queued = 0  # chunks in the batch
 

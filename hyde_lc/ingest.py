@@ -605,7 +605,7 @@ def _write_documents(
     logged = 0
     quiet = not settings.progress or not to_embed  # nothing to embed: no empty bar
     with tqdm(total=to_embed, unit="chunk", desc="embedding", disable=quiet) as bar:
-        group = _Group(min(limit, max(settings.batch_size, 1)))
+        group = _Group(min(limit, settings.batch_size))
 
         def done(plan: _Plan, result: FileResult) -> None:
             nonlocal logged
@@ -616,9 +616,9 @@ def _write_documents(
                 logged += 1
 
         def flush() -> None:
-            members = [plan for plan, _ in group.members]
-            written = _write_group(write, group, embeddings, settings, limit, bar)
-            for plan, result in zip(members, written, strict=True):
+            members = group.drain()
+            written = _write_group(write, members, embeddings, settings, limit, bar)
+            for (plan, _), result in zip(members, written, strict=True):
                 done(plan, result)
 
         for plan in plans:
@@ -673,6 +673,11 @@ class _Group:
     @property
     def full(self) -> bool:
         return self.chunks >= self.size or self.chars >= _WRITE_CHARS
+
+    def drain(self) -> list[tuple[_Plan, list[Chunk]]]:
+        """The members, leaving the group empty."""
+        members, self.members, self.chunks, self.chars = self.members, [], 0, 0
+        return members
 
 
 def _prune_pending(write: Write) -> set[str]:
@@ -746,7 +751,7 @@ def _write(write: Write, chunks: list[Chunk], vectors: np.ndarray) -> None:
 
 def _write_group(
     write: Write,
-    group: _Group,
+    members: list[tuple[_Plan, list[Chunk]]],
     embeddings: Embeddings,
     settings: _Settings,
     limit: int,
@@ -754,9 +759,8 @@ def _write_group(
 ) -> list[FileResult]:
     """Write a group's documents in one Chroma call, all of them or none.
 
-    Then retire their old versions, and empty the group.
+    Then retire their old versions.
     """
-    members, group.members, group.chunks, group.chars = group.members, [], 0, 0
     if not members:
         return []
     store = write.owner.store
