@@ -59,7 +59,7 @@ from hyde_lc import (
     open_store,
     sample_files,
 )
-from hyde_lc.samples import sample_questions
+from hyde_lc.ingest.samples import sample_questions
 
 STRICT_REFUSAL = (
     " Answer only what the passages state. If they do not name the person, place, date or "

@@ -1,6 +1,6 @@
 """The cost of auditing a collection's lexical index against its chunks, at 5k and 50k chunks.
 
-The audit (`hyde_lc.hybrid_collection.HybridCollection.audit`) reads every chunk's text and
+The audit (`hyde_lc.store.collection.HybridCollection.audit`) reads every chunk's text and
 metadata from Chroma in pages and compares a fingerprint of each with the index's; it runs
 in a background thread every ``HYDE_LC_AUDIT_INTERVAL`` seconds. Measured here, on an
 embedded store folder: one audit of an unchanged collection, one after another program
@@ -27,9 +27,9 @@ import numpy as np
 
 from benchmarks.lexical_scale import chunk_metadata, peak_rss_mb
 from hyde_lc.bench.beir import load_beir
-from hyde_lc.hybrid_collection import HybridCollection
-from hyde_lc.local_embeddings import MiniLMEmbeddings
-from hyde_lc.store import existing_collection, open_store
+from hyde_lc.models.local_embeddings import MiniLMEmbeddings
+from hyde_lc.store.chroma import existing_collection, open_store
+from hyde_lc.store.collection import HybridCollection
 
 BATCH = 2000
 

@@ -1,8 +1,8 @@
 """Does tantivy's one-byte document length cost the hybrid default anything?
 
-Tantivy (the engine of `hyde_lc.lexical`) stores each document's length in one byte, as
+Tantivy (the engine of `hyde_lc.search.lexical`) stores each document's length in one byte, as
 Lucene does: exact up to a few dozen terms, then in steps of a few percent. This script
-scores the same queries with the same terms (`hyde_lc.lexical.analyze`), the same BM25
+scores the same queries with the same terms (`hyde_lc.search.lexical.analyze`), the same BM25
 (Lucene's idf, k1 1.2, b 0.75) and exact lengths, and reports BM25 alone and the hybrid
 default (min-max score fusion with the same dense list, dense weight 0.5, 100 candidates
 per list) both ways, with a paired bootstrap over queries. Only the document lengths
@@ -30,9 +30,9 @@ from hyde_lc.bench.retrieval import (
     ir_metrics,
     paired_bootstrap,
 )
-from hyde_lc.fusion import score_fusion
-from hyde_lc.lexical import analyze, lexical_query
-from hyde_lc.models import load_embeddings
+from hyde_lc.core.fusion import score_fusion
+from hyde_lc.models.loading import load_embeddings
+from hyde_lc.search.lexical import analyze, lexical_query
 
 K1, B = 1.2, 0.75
 

@@ -1,9 +1,9 @@
 """Beyond the default on a BEIR set: three-way score fusion, and HyDE with bge, from caches.
 
-Three lists can be fused: BM25 (the corpus' index, `hyde_lc.lexical`), MiniLM dense and
+Three lists can be fused: BM25 (the corpus' index, `hyde_lc.search.lexical`), MiniLM dense and
 bge-small-en-v1.5 dense (exact cosine search over each model's cached corpus matrix,
 `hyde_lc.bench.retrieval.corpus_index`: nothing is embedded again). Each list gives its
-100 best documents; `hyde_lc.fusion.score_fusion` (the package's min-max fusion) rescales
+100 best documents; `hyde_lc.core.fusion.score_fusion` (the package's min-max fusion) rescales
 each over its own candidates and sums them with the row's weights, as the retriever's
 hybrid search does for two lists. The package has no three-list path, so this one is
 written here; with two lists it is the retriever's own fusion, and ``--check`` runs the
@@ -67,13 +67,13 @@ from hyde_lc.bench.retrieval import (
     paired_cell,
     run_benchmark,
 )
-from hyde_lc.fusion import fuse_mean, reciprocal_rank_fusion, score_fusion
-from hyde_lc.hyde_transform import DEFAULT_QUERY_WEIGHT
-from hyde_lc.hypotheses import llm_identity
-from hyde_lc.hypothesis_cache import HypothesisCache
-from hyde_lc.lexical import DEFAULT_QUERY_REPEATS, lexical_query
-from hyde_lc.models import load_embeddings, load_llm
-from hyde_lc.vectorstore import scored_search
+from hyde_lc.core.fusion import fuse_mean, reciprocal_rank_fusion, score_fusion
+from hyde_lc.hyde.hypotheses import llm_identity
+from hyde_lc.hyde.hypothesis_cache import HypothesisCache
+from hyde_lc.hyde.transform import DEFAULT_QUERY_WEIGHT
+from hyde_lc.models.loading import load_embeddings, load_llm
+from hyde_lc.search.lexical import DEFAULT_QUERY_REPEATS, lexical_query
+from hyde_lc.search.stores import scored_search
 
 MODELS = {"minilm": "local:minilm", "bge": "local:bge-small-en-v1.5"}
 LISTS = ("bm25", "minilm", "bge")

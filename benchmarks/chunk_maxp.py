@@ -3,7 +3,7 @@
 The retrieval benchmark (`hyde_lc.bench.retrieval.corpus_index`) embeds each document
 (``title + " " + text``) as one vector, and MiniLM reads only its first 256 tokens, so the
 end of a long abstract never reaches the dense side. Ingestion instead splits a document
-into chunks (`hyde_lc.ingest.split_document`: 1,000 characters with an overlap of 200 for
+into chunks (`hyde_lc.ingest.files.split_document`: 1,000 characters with an overlap of 200 for
 Latin text). Here every document of the corpus is split as ingestion splits it, each chunk
 is embedded once with the package's default embedder (``local:minilm-dq``; the chunk
 matrix is cached beside the whole-document one, keyed by corpus, model and chunking), and
@@ -12,7 +12,7 @@ a document's MaxP score is the largest cosine of its chunks with the query.
 Each dense list gives its 100 best documents: ``whole`` (the whole-document vector, as
 today), ``maxp`` (chunks ranked, reduced to documents by their best chunk), ``both`` (the
 sum of the two cosines). Hybrid rows fuse a dense list with BM25 (`corpus_lexical`, the
-query as the package's default sends it) through `hyde_lc.fusion.score_fusion`, the
+query as the package's default sends it) through `hyde_lc.core.fusion.score_fusion`, the
 package's min-max fusion, at the default dense weight 0.5; ``three`` fuses BM25 0.5,
 whole 0.25 and MaxP 0.25. Every row's nDCG@10 is paired by query (95% bootstrap,
 `hyde_lc.bench.paired_bootstrap`) with the default hybrid (BM25 + whole, 0.5) and, for
@@ -52,13 +52,13 @@ from hyde_lc.bench.retrieval import (
     paired_cell,
     top_k,
 )
-from hyde_lc.documents import LoadedDocument
-from hyde_lc.fusion import score_fusion
-from hyde_lc.ingest import resolve_chunking, split_document
-from hyde_lc.language import dominant_script
-from hyde_lc.lexical import DEFAULT_QUERY_REPEATS, lexical_query
-from hyde_lc.models import embedding_model_id, load_embeddings
-from hyde_lc.weights import cache_dir
+from hyde_lc.core.fusion import score_fusion
+from hyde_lc.core.language import dominant_script
+from hyde_lc.ingest.files import resolve_chunking, split_document
+from hyde_lc.ingest.reading import LoadedDocument
+from hyde_lc.models.loading import embedding_model_id, load_embeddings
+from hyde_lc.models.weights import cache_dir
+from hyde_lc.search.lexical import DEFAULT_QUERY_REPEATS, lexical_query
 
 MODEL = "local:minilm-dq"
 ROWS: dict[str, dict[str, float]] = {

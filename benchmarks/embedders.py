@@ -45,8 +45,8 @@ from hyde_lc.bench.retrieval import (
     paired_cell,
     run_benchmark,
 )
-from hyde_lc.models import load_embeddings
-from hyde_lc.splitting import LATIN_CHUNK_SIZE, make_splitter
+from hyde_lc.ingest.splitting import LATIN_CHUNK_SIZE, make_splitter
+from hyde_lc.models.loading import load_embeddings
 
 
 def model(spec: str, window: int | None) -> tuple[str, Embeddings]:

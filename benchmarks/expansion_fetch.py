@@ -5,7 +5,7 @@ Written as an ``$or`` of one ``{doc, chunk_index range}`` clause per window, tha
 took most of the retrieval time outside the LLM (76 ms p50 at 5k chunks in `hyde-lc
 speed`); two ``$in`` lists (the windows' documents x their chunk indexes, a small superset
 filtered in Python) are what the retriever still uses for collections ingested before
-chunk ids could be derived; reading the windows' chunks by id (`hyde_lc.ingest.chunk_id`)
+chunk ids could be derived; reading the windows' chunks by id (`hyde_lc.ingest.files.chunk_id`)
 is what it uses now. This script times the three reads, and the retriever end to end with
 and without derivable ids, on a collection shaped like SciFact (about two chunks per
 document) plus one 1,000-chunk document.
@@ -35,8 +35,8 @@ from langchain_core.retrievers import BaseRetriever
 
 from hyde_lc import NeighborExpandingRetriever
 from hyde_lc.bench.speed import add_in_batches
-from hyde_lc.ingest import chunk_id
-from hyde_lc.store import existing_collection
+from hyde_lc.ingest.files import chunk_id
+from hyde_lc.store.chroma import existing_collection
 
 WINDOWS = 4
 LONG = 1000

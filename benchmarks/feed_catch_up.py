@@ -126,7 +126,7 @@ def chunk_ids(doc: int, version: int) -> list[str]:
 
 def fill(store: Any, chunks: int, log: Any = print) -> float:
     """Write ``chunks`` chunks through the hybrid collection, `BATCH` per write; seconds."""
-    from hyde_lc.hybrid_collection import HybridCollection
+    from hyde_lc.store.collection import HybridCollection
 
     hybrid = HybridCollection.of(store)
     start = time.perf_counter()
@@ -149,7 +149,7 @@ def fill(store: Any, chunks: int, log: Any = print) -> float:
 
 def replace_document(store: Any, doc: int, old: int, new: int) -> dict[str, Any]:
     """In one write: delete version ``old`` of ``doc`` (its chunks), add version ``new``."""
-    from hyde_lc.hybrid_collection import HybridCollection
+    from hyde_lc.store.collection import HybridCollection
 
     words, _ = vocabulary()
     texts = [
@@ -191,8 +191,8 @@ class CallTimes:
         from chromadb.api.client import Client
         from chromadb.api.models.Collection import Collection
 
-        from hyde_lc import lexical
-        from hyde_lc.lexical import LexicalIndex
+        from hyde_lc.search import lexical as lexical
+        from hyde_lc.search.lexical import LexicalIndex
 
         targets = [
             (Collection, name, f"chroma {{}}.{name}")  # {} = which collection: chunks or feed
@@ -243,8 +243,8 @@ class CallTimes:
 def reader(url: str) -> int:
     """Client B: answer one JSON command per input line (rebuild, catch_up, quit)."""
     from hyde_lc import open_store
-    from hyde_lc.hybrid_collection import HybridCollection
-    from hyde_lc.lexical import lexical_query
+    from hyde_lc.search.lexical import lexical_query
+    from hyde_lc.store.collection import HybridCollection
 
     timer = CallTimes()
     timer.install()

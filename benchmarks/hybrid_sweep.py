@@ -1,7 +1,7 @@
 """Dense, lexical and hybrid retrieval on a BEIR set, with and without HyDE, from caches.
 
 Every configuration is scored on the same query vectors, the same BM25 index
-(`hyde_lc.lexical`) and the same cached hypotheses, so configurations differ only in
+(`hyde_lc.search.lexical`) and the same cached hypotheses, so configurations differ only in
 what they fuse. Nothing is generated: hypotheses come from the hypothesis cache
 (``--hypothesis-cache``, as written by ``hyde-lc bench``) and a query without enough
 cached hypotheses is reported and left out of the HyDE rows. Used to choose the hybrid
@@ -26,12 +26,12 @@ import numpy as np
 
 from hyde_lc.bench.beir import load_beir
 from hyde_lc.bench.retrieval import corpus_index, ir_metrics, paired_bootstrap, paired_cell
-from hyde_lc.fusion import fuse_mean, reciprocal_rank_fusion, score_fusion
-from hyde_lc.hypotheses import llm_identity, sample_keys
-from hyde_lc.hypothesis_cache import HypothesisCache
-from hyde_lc.lexical import LexicalIndex, lexical_query
-from hyde_lc.models import load_embeddings, load_llm
-from hyde_lc.prompts import get_prompt
+from hyde_lc.core.fusion import fuse_mean, reciprocal_rank_fusion, score_fusion
+from hyde_lc.hyde.hypotheses import llm_identity, sample_keys
+from hyde_lc.hyde.hypothesis_cache import HypothesisCache
+from hyde_lc.hyde.prompts import get_prompt
+from hyde_lc.models.loading import load_embeddings, load_llm
+from hyde_lc.search.lexical import LexicalIndex, lexical_query
 
 DEPTH = 100  # candidates per list (and the depth of R@100)
 

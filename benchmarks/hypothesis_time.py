@@ -1,7 +1,7 @@
 """Seconds per hypothesis for each local writer and token cap, interleaved question by question.
 
 HyDE's cost is the hypothesis: everything else takes milliseconds. This times
-`hyde_lc.hypotheses.write_hypotheses` (the retriever's path: prompt, llama.cpp, reasoning
+`hyde_lc.hyde.hypotheses.write_hypotheses` (the retriever's path: prompt, llama.cpp, reasoning
 strip) for each ``--writer`` x ``--max-tokens`` configuration on the same questions, the
 configurations taking turns question by question (the order rotates) so machine load hits
 them alike. Nothing is cached. Reported per configuration: median, mean and p95 seconds,
@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 
 from hyde_lc.bench.beir import load_beir
-from hyde_lc.hypotheses import write_hypotheses
-from hyde_lc.models import load_llm
-from hyde_lc.prompts import get_prompt
+from hyde_lc.hyde.hypotheses import write_hypotheses
+from hyde_lc.hyde.prompts import get_prompt
+from hyde_lc.models.loading import load_llm
 
 
 def write(llm: Any, prompt: str, question: str) -> str:

@@ -223,7 +223,7 @@ def child_main() -> None:
     store is opened only once the job has come.
     """
     role, store_dir = sys.argv[1], Path(sys.argv[2])
-    import hyde_lc.hybrid_collection  # noqa: F401  (the import cost is paid before the job)
+    import hyde_lc.store.collection  # noqa: F401  (the import cost is paid before the job)
     from hyde_lc import ingest_paths, open_store  # noqa: F401
 
     _emit("imported")
@@ -243,7 +243,7 @@ def run_writer(store_dir: Path, job: dict[str, Any]) -> None:
         _emit("done", {})
         return
     if job["action"] == "rebuild":
-        from hyde_lc.hybrid_collection import HybridCollection
+        from hyde_lc.store.collection import HybridCollection
 
         HybridCollection.of(store).rebuild()
         _emit("done", {})
@@ -264,7 +264,7 @@ def run_writer(store_dir: Path, job: dict[str, Any]) -> None:
 def run_reader(store_dir: Path, job: dict[str, Any]) -> None:
     """Search the lexical side for `STABLE_TERM` until ``stop_file`` exists; log problems."""
     from hyde_lc import open_store
-    from hyde_lc.lexical import lexical_query, lexical_search_for
+    from hyde_lc.search.lexical import lexical_query, lexical_search_for
 
     stable = set(job["stable_ids"])
     stop = Path(job["stop_file"])
@@ -319,9 +319,9 @@ def check_store(store_dir: Path, dead: list[list[str]], dense_dead: list[str]) -
     ``dense_dead``: the ids among them to check on the dense side too.
     """
     from hyde_lc import open_store
-    from hyde_lc import store as chroma
-    from hyde_lc.hybrid_collection import SEQ_KEY, HybridCollection
-    from hyde_lc.lexical import lexical_query, lexical_search_for
+    from hyde_lc.search.lexical import lexical_query, lexical_search_for
+    from hyde_lc.store import chroma as chroma
+    from hyde_lc.store.collection import SEQ_KEY, HybridCollection
 
     embeddings = HashEmbeddings()
     store = open_store(store_dir, embeddings=embeddings)

@@ -2,7 +2,7 @@
 
 Chunks are SciFact abstracts (title + text, about 1,500 characters), cycled with a
 numbered suffix to reach each size, so term statistics stay realistic. Each size is built
-in a fresh folder with `hyde_lc.lexical.LexicalIndex` exactly as ingestion builds it
+in a fresh folder with `hyde_lc.search.lexical.LexicalIndex` exactly as ingestion builds it
 (texts and each chunk's metadata, 15 fields shaped like an ingested chunk's)
 (5,000 chunks per commit), then queried with the 300 SciFact test claims alone and with
 their cached hypothesis (the hybrid default's lexical query: the claim's terms 5 times,
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from hyde_lc.bench.beir import load_beir
-from hyde_lc.lexical import LexicalIndex, lexical_query
+from hyde_lc.search.lexical import LexicalIndex, lexical_query
 
 BATCH = 5000
 

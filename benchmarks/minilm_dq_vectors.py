@@ -30,8 +30,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as cache:
         os.environ["HYDE_LC_CACHE_DIR"] = cache
-        from hyde_lc.minilm_quantized import MINILM_DYNAMIC
-        from hyde_lc.models import load_embeddings
+        from hyde_lc.models.loading import load_embeddings
+        from hyde_lc.models.minilm_quantized import MINILM_DYNAMIC
 
         cpu, wall = time.process_time(), time.perf_counter()
         MINILM_DYNAMIC.path()

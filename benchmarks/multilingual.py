@@ -45,10 +45,10 @@ from langchain_core.embeddings import Embeddings
 
 from hyde_lc.bench.beir import BeirDataset, load_beir
 from hyde_lc.bench.retrieval import DEPTH, ExactIndex, corpus_index, ir_metrics, paired_bootstrap
-from hyde_lc.hypothesis_cache import HypothesisCache
-from hyde_lc.models import embedding_model_id, load_embeddings, load_llm, resolve_llm_spec
-from hyde_lc.multilingual_embeddings import MultilingualE5Embeddings
-from hyde_lc.retriever import HyDERetriever
+from hyde_lc.hyde.hypothesis_cache import HypothesisCache
+from hyde_lc.models.loading import embedding_model_id, load_embeddings, load_llm, resolve_llm_spec
+from hyde_lc.models.multilingual_embeddings import MultilingualE5Embeddings
+from hyde_lc.retrievers.hyde import HyDERetriever
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -161,7 +161,7 @@ async def hyde_runs(
 
 def timed_index(data: BeirDataset, embeddings: Embeddings) -> tuple[ExactIndex, float | None]:
     """The corpus index and the seconds its embedding took (None: read from the cache)."""
-    from hyde_lc.weights import cache_dir
+    from hyde_lc.models.weights import cache_dir
 
     model = embedding_model_id(embeddings).replace(":", "_").replace("/", "_")
     cached = (cache_dir() / "bench" / f"{data.name}-{data.fingerprint()}-{model}.npy").is_file()

@@ -66,12 +66,12 @@ from hyde_lc.bench.retrieval import (
     paired_bootstrap,
     paired_cell,
 )
-from hyde_lc.hypotheses import llm_identity, sample_keys
-from hyde_lc.hypothesis_cache import HypothesisCache
-from hyde_lc.lexical import LexicalSearch
-from hyde_lc.models import load_embeddings, load_llm
-from hyde_lc.prompts import get_prompt
-from hyde_lc.retriever import HyDERetriever
+from hyde_lc.hyde.hypotheses import llm_identity, sample_keys
+from hyde_lc.hyde.hypothesis_cache import HypothesisCache
+from hyde_lc.hyde.prompts import get_prompt
+from hyde_lc.models.loading import load_embeddings, load_llm
+from hyde_lc.retrievers.hyde import HyDERetriever
+from hyde_lc.search.lexical import LexicalSearch
 
 TIMED_K = 10
 """Documents per query in the timed run (the quality run ranks DEPTH)."""

@@ -54,7 +54,7 @@ from hyde_lc.bench.speed import (
     clustered_vectors,
     percentiles,
 )
-from hyde_lc.store import existing_collection, max_write, prepare_write
+from hyde_lc.store.chroma import existing_collection, max_write, prepare_write
 
 MODES = ("embedded", "server")
 MEMORY_BOUND_MB = 50.0

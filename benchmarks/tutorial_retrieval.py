@@ -38,8 +38,8 @@ from hyde_lc import (
     open_store,
     sample_files,
 )
-from hyde_lc.models import resolve_llm_spec
-from hyde_lc.samples import sample_questions
+from hyde_lc.ingest.samples import sample_questions
+from hyde_lc.models.loading import resolve_llm_spec
 
 CONFIGURATIONS: dict[str, dict[str, Any]] = {
     "dense": {"n_hypotheses": 0, "lexical": "off"},

@@ -21,41 +21,41 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from hyde_lc.answer import build_answer_chain
-    from hyde_lc.document_ingest import ingest_documents
-    from hyde_lc.documents import InputLimits
     from hyde_lc.errors import HydeLcError, InvalidSettingError
-    from hyde_lc.hyde_embeddings import HyDEEmbeddings
-    from hyde_lc.hypothesis_cache import HypothesisCache
-    from hyde_lc.ingest import IngestReport, ingest_paths
-    from hyde_lc.lexical import LexicalSearch
-    from hyde_lc.models import load_embeddings, load_llm
-    from hyde_lc.neighbors import NeighborExpandingRetriever
-    from hyde_lc.prompts import PROMPTS
-    from hyde_lc.retriever import HyDEResult, HyDERetriever
-    from hyde_lc.samples import sample_files
-    from hyde_lc.store import collection_info, open_store, refresh_store
+    from hyde_lc.hyde.embeddings import HyDEEmbeddings
+    from hyde_lc.hyde.hypothesis_cache import HypothesisCache
+    from hyde_lc.hyde.prompts import PROMPTS
+    from hyde_lc.ingest.documents import ingest_documents
+    from hyde_lc.ingest.files import IngestReport, ingest_paths
+    from hyde_lc.ingest.reading import InputLimits
+    from hyde_lc.ingest.samples import sample_files
+    from hyde_lc.models.loading import load_embeddings, load_llm
+    from hyde_lc.retrievers.hyde import HyDEResult, HyDERetriever
+    from hyde_lc.retrievers.neighbors import NeighborExpandingRetriever
+    from hyde_lc.search.lexical import LexicalSearch
+    from hyde_lc.store.chroma import collection_info, open_store, refresh_store
 
 _EXPORTS = {
-    "PROMPTS": "hyde_lc.prompts",
-    "HyDEResult": "hyde_lc.retriever",
-    "HyDERetriever": "hyde_lc.retriever",
+    "PROMPTS": "hyde_lc.hyde.prompts",
+    "HyDEResult": "hyde_lc.retrievers.hyde",
+    "HyDERetriever": "hyde_lc.retrievers.hyde",
     "HydeLcError": "hyde_lc.errors",
-    "HyDEEmbeddings": "hyde_lc.hyde_embeddings",
+    "HyDEEmbeddings": "hyde_lc.hyde.embeddings",
     "InvalidSettingError": "hyde_lc.errors",
-    "HypothesisCache": "hyde_lc.hypothesis_cache",
-    "IngestReport": "hyde_lc.ingest",
-    "InputLimits": "hyde_lc.documents",
-    "LexicalSearch": "hyde_lc.lexical",
-    "NeighborExpandingRetriever": "hyde_lc.neighbors",
+    "HypothesisCache": "hyde_lc.hyde.hypothesis_cache",
+    "IngestReport": "hyde_lc.ingest.files",
+    "InputLimits": "hyde_lc.ingest.reading",
+    "LexicalSearch": "hyde_lc.search.lexical",
+    "NeighborExpandingRetriever": "hyde_lc.retrievers.neighbors",
     "build_answer_chain": "hyde_lc.answer",
-    "collection_info": "hyde_lc.store",
-    "ingest_documents": "hyde_lc.document_ingest",
-    "ingest_paths": "hyde_lc.ingest",
-    "load_embeddings": "hyde_lc.models",
-    "load_llm": "hyde_lc.models",
-    "open_store": "hyde_lc.store",
-    "refresh_store": "hyde_lc.store",
-    "sample_files": "hyde_lc.samples",
+    "collection_info": "hyde_lc.store.chroma",
+    "ingest_documents": "hyde_lc.ingest.documents",
+    "ingest_paths": "hyde_lc.ingest.files",
+    "load_embeddings": "hyde_lc.models.loading",
+    "load_llm": "hyde_lc.models.loading",
+    "open_store": "hyde_lc.store.chroma",
+    "refresh_store": "hyde_lc.store.chroma",
+    "sample_files": "hyde_lc.ingest.samples",
 }
 """Public name -> the module that defines it."""
 

@@ -8,7 +8,7 @@ enough information when the context lacks the answer.
 
 A question written in a non-Latin script (Chinese, Japanese, Russian, ...) gets a prompt
 that asks for the answer in the question's language (`answer_prompt`), and whose fixed
-"not enough information" reply is that language's (`hyde_lc.language.not_enough_information`;
+"not enough information" reply is that language's (`hyde_lc.core.language.not_enough_information`;
 the English sentence where none is defined). A reply is recognised as that sentence in
 any of these languages (`is_abstention`).
 
@@ -18,18 +18,18 @@ take. When they do not fit, the lowest-ranked passages are left out first; if ev
 top one does not fit, it is cut to fit. `fit_context` says what was left out in a note
 (``context_note`` in the chain's output), so an answer is never silently based on less
 than was retrieved. Local models count tokens with their own tokenizer and know their
-window (`hyde_lc.local_llm.LocalChatModel.context_size`); for a remote model the window
+window (`hyde_lc.models.local_llm.LocalChatModel.context_size`); for a remote model the window
 is ``llm.metadata["context_window"]`` (``load_llm(..., context_size=N)``) or the
 ``context_window`` argument, else unlimited, and tokens are estimated conservatively.
 
 Small models cite unreliably, so ``sources`` does not depend on it: it lists the passages
 the answer cites, or, when it cites none, every passage it was given; and nothing when
 the model said it lacks the information. Reasoning a "thinking" model writes before its
-answer (``<think>...</think>``) is removed (`hyde_lc.reasoning`).
+answer (``<think>...</think>``) is removed (`hyde_lc.core.reasoning`).
 
 Question and passages are data: they are filled into the prompt verbatim and never
 interpreted as template syntax. A question longer than
-`hyde_lc.retriever.MAX_QUERY_CHARS` is cut to that length for the prompt, as
+`hyde_lc.retrievers.hyde.MAX_QUERY_CHARS` is cut to that length for the prompt, as
 `HyDERetriever` cuts it for retrieval (noting it in ``metadata["hyde_query_truncated"]``).
 
 Example:
@@ -63,11 +63,15 @@ from langchain_core.runnables import (
     RunnablePick,
 )
 
-from hyde_lc.language import not_enough_information, prompt_language, says_not_enough_information
-from hyde_lc.local_llm import ContextWindowError, LocalChatModel, estimate_tokens
-from hyde_lc.models import CONTEXT_WINDOW_KEY
-from hyde_lc.reasoning import astrip_reasoning_stream, strip_reasoning_stream
-from hyde_lc.retriever import clip_query
+from hyde_lc.core.language import (
+    not_enough_information,
+    prompt_language,
+    says_not_enough_information,
+)
+from hyde_lc.core.reasoning import astrip_reasoning_stream, strip_reasoning_stream
+from hyde_lc.models.loading import CONTEXT_WINDOW_KEY
+from hyde_lc.models.local_llm import ContextWindowError, LocalChatModel, estimate_tokens
+from hyde_lc.retrievers.hyde import clip_query
 
 NOT_ENOUGH_INFORMATION = "I don't have enough information in the provided documents to answer."
 
@@ -114,7 +118,7 @@ def answer_prompt(question: str) -> ChatPromptTemplate:
     """The answering prompt for ``question`` (variables ``context`` and ``question``).
 
     Latin-script questions get `ANSWER_PROMPT`. A question in another script gets one
-    that asks for the answer in its language (`hyde_lc.language.question_language`) and
+    that asks for the answer in its language (`hyde_lc.core.language.question_language`) and
     gives the "not enough information" reply in that language (`refusal_sentence`).
 
     Example:
@@ -147,7 +151,7 @@ def page_span(metadata: dict[str, Any]) -> tuple[str, str] | None:
     add ``page_end``/``page_label_end`` for a chunk that runs onto later pages. The label
     is shown. A chunk without a label was ingested by hyde_lc before labels were recorded,
     when ``page`` counted from 1: its ``page``/``page_end`` are shown as stored.
-    (`hyde_lc.document_ingest.ingest_documents` gives Documents from loaders that record
+    (`hyde_lc.ingest.documents.ingest_documents` gives Documents from loaders that record
     no label one from their 0-based ``page``.)
 
     Example:
@@ -277,7 +281,7 @@ def fit_context(
 
     ``context_window`` overrides the model's own window (`model_context_window`);
     ``answer_tokens`` the room kept for the answer (the model's ``max_tokens``). Raises
-    `hyde_lc.local_llm.ContextWindowError` only when the question alone leaves no room
+    `hyde_lc.models.local_llm.ContextWindowError` only when the question alone leaves no room
     for any passage.
     """
     docs = list(documents)

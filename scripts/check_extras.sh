@@ -29,8 +29,8 @@ check_core() {
     python - <<'EOF'
 from hyde_lc import HyDERetriever, NeighborExpandingRetriever, build_answer_chain, open_store
 from hyde_lc.errors import HydeLcError
-from hyde_lc.hyde_embeddings import HyDEEmbeddings
-from hyde_lc.lexical import LexicalSearch
+from hyde_lc.hyde.embeddings import HyDEEmbeddings
+from hyde_lc.search.lexical import LexicalSearch
 from hyde_lc import load_embeddings
 
 try:  # without the local extra, the default model says how to get it
@@ -55,11 +55,11 @@ check_local() {
     # a cache of its own: the default's quantised graph is made here, with this venv's tools
     HYDE_LC_CACHE_DIR=$WORK/cache-local python - <<'EOF'
 from hyde_lc import load_embeddings, load_llm
-from hyde_lc.models import embedding_model_id
+from hyde_lc.models.loading import embedding_model_id
 
 vector = load_embeddings("local:minilm").embed_query("How does a lighthouse lens work?")
 assert len(vector) == 384
-from hyde_lc.minilm_quantized import cpu_adds_int8_products_exactly
+from hyde_lc.models.minilm_quantized import cpu_adds_int8_products_exactly
 
 # the quantised graph is made and verified with this venv's onnx/onnxruntime
 made = load_embeddings("local:minilm-dq")
@@ -85,7 +85,7 @@ EOF
 
 check_multilingual() {
     python - <<'EOF'
-from hyde_lc.multilingual_embeddings import MultilingualE5Embeddings
+from hyde_lc.models.multilingual_embeddings import MultilingualE5Embeddings
 
 assert len(MultilingualE5Embeddings().embed_query("灯塔的透镜是谁发明的？")) == 384
 EOF
@@ -100,7 +100,7 @@ import ipykernel, matplotlib, nbclient, nbformat, pandas
 from tqdm.notebook import IProgress
 
 assert IProgress is not None, "ipywidgets missing: no progress bars in notebooks"
-import hyde_lc.evaluation, hyde_lc.local_llm, hyde_lc.local_embeddings
+import hyde_lc.evaluation, hyde_lc.models.local_llm, hyde_lc.models.local_embeddings
 EOF
 }
 

@@ -40,7 +40,7 @@ SHARED = ROOT.parent / "shared"
 
 def default_embedding_id() -> str:
     """The embedding model a new collection records here by default (the CPU decides)."""
-    from hyde_lc.minilm_quantized import MINILM_DQ_MODEL_ID, cpu_adds_int8_products_exactly
+    from hyde_lc.models.minilm_quantized import MINILM_DQ_MODEL_ID, cpu_adds_int8_products_exactly
 
     return MINILM_DQ_MODEL_ID if cpu_adds_int8_products_exactly() else "local:minilm"
 

@@ -1,18 +1,18 @@
 """Retrieval quality of retriever configurations on a BEIR dataset.
 
 A configuration (`BenchMode`) is a set of `HyDERetriever` fields, named by the same label
-everything else uses (`hyde_lc.retriever.configuration_label`): ``standard``, ``hybrid``,
+everything else uses (`hyde_lc.retrievers.hyde.configuration_label`): ``standard``, ``hybrid``,
 ``hyde``, ``hybrid-hyde``, with non-default settings in parentheses. Every configuration
 runs through `HyDERetriever` itself (the code users run) over an exact cosine index of
 the corpus (`ExactIndex`), with the lexical side a BM25 index of the same texts
-(``title + " " + text``; `hyde_lc.lexical.LexicalSearch.from_documents`).
+(``title + " " + text``; `hyde_lc.search.lexical.LexicalSearch.from_documents`).
 
 What runs: the no-LLM baselines always (``standard``: dense; ``bm25``: the lexical list
 alone, a bench-only configuration; ``hybrid``: both, fused) since every row is compared
 with them, then the package's default configuration (``HyDERetriever()``'s defaults,
 marked ``default`` in the results) unless a selection leaves it out, then any HyDE
 variants asked for (`select_modes`). Hypotheses are cached on disk
-(`hyde_lc.hypothesis_cache.HypothesisCache`, keyed per prompt and sample; it also reads
+(`hyde_lc.hyde.hypothesis_cache.HypothesisCache`, keyed per prompt and sample; it also reads
 the committed ``SQLiteCache`` files, as data, never by unpickling), so a rerun, or a new
 fusion over the same prompts, writes none again; a configuration with n = 4 reuses
 n = 1's first sample. Metrics come from ir-measures (nDCG@10, Recall@100, MRR@10); each
@@ -50,16 +50,16 @@ from tqdm.auto import tqdm
 
 from hyde_lc.bench.beir import BeirDataset, load_beir
 from hyde_lc.errors import InvalidSettingError, MissingDependencyError
-from hyde_lc.lexical import LexicalSearch
-from hyde_lc.models import (
+from hyde_lc.models.loading import (
     embedding_model_id,
     llm_model_name,
     load_embeddings,
     load_llm,
     resolve_llm_spec,
 )
-from hyde_lc.retriever import HyDERetriever, configuration_label
-from hyde_lc.weights import cache_dir
+from hyde_lc.models.weights import cache_dir
+from hyde_lc.retrievers.hyde import HyDERetriever, configuration_label
+from hyde_lc.search.lexical import LexicalSearch
 
 DEPTH = 100
 """Documents ranked per query (the depth of Recall@100), and candidates per list."""
@@ -695,12 +695,12 @@ def run_benchmark(
     """Measure each configuration on a BEIR dataset; see the module docstring.
 
     ``modes`` defaults to `default_modes`; the no-LLM baselines are added when missing.
-    ``max_tokens`` caps the hypothesis writer (None: its role default, `hyde_lc.models`).
+    ``max_tokens`` caps the hypothesis writer (None: its role default, `hyde_lc.models.loading`).
     ``hypothesis_cache`` is the hypothesis cache file (default: ``bench/hypotheses.sqlite``
     in the hyde_lc cache folder). ``embeddings`` and ``llm`` take ready-made models
     instead of specs.
     """
-    from hyde_lc.hypothesis_cache import HypothesisCache
+    from hyde_lc.hyde.hypothesis_cache import HypothesisCache
 
     started = time.perf_counter()
     chosen = list(modes) if modes is not None else default_modes()

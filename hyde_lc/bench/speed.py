@@ -226,7 +226,7 @@ class SpeedReport:
 
 def _corpus_files(corpus: dict[str, str], work: Path, embeddings: Any) -> tuple[Path, Any]:
     """Write ``corpus`` as one text file per document; open an empty store beside it."""
-    from hyde_lc.store import open_store
+    from hyde_lc.store.chroma import open_store
 
     folder = work / "docs"
     folder.mkdir(parents=True)
@@ -244,15 +244,15 @@ def ingest_speed(
     once before and once after the ingest; the floor is the faster of the two, so a warm
     cache cannot flatter the ingest path. Returns the section and the ingested store.
     """
-    from hyde_lc.ingest import ingest_paths
-    from hyde_lc.store import iter_metadatas
+    from hyde_lc.ingest.files import ingest_paths
+    from hyde_lc.store.chroma import iter_metadatas
 
     folder, store = _corpus_files(corpus, work, embeddings)
     embeddings.embed_documents(["warm up the model"] * 4)
     # Measure the floor on the same texts the ingest path splits out; we only know those
     # after splitting, so split first (cheap, and part of the timed ingest again below).
-    from hyde_lc.ingest import discover_files, load_document, split_document
-    from hyde_lc.models import embedding_model_id
+    from hyde_lc.ingest.files import discover_files, load_document, split_document
+    from hyde_lc.models.loading import embedding_model_id
 
     model_id = embedding_model_id(embeddings)
     texts = [
@@ -307,8 +307,8 @@ def query_speed(
     answer last) for `cost_per_query`.
     """
     from hyde_lc.evaluation import EvaluationPipeline
-    from hyde_lc.models import load_llm, resolve_llm_spec
-    from hyde_lc.store import iter_metadatas
+    from hyde_lc.models.loading import load_llm, resolve_llm_spec
+    from hyde_lc.store.chroma import iter_metadatas
 
     calls = UsageRecorder()
     pipeline = EvaluationPipeline.from_settings(
@@ -422,7 +422,7 @@ def concurrency_speed(
 ) -> dict[str, Any]:
     """Throughput of the HyDE answer chain: ``abatch`` against sequential ``invoke``."""
     from hyde_lc.answer import build_answer_chain
-    from hyde_lc.retriever import HyDERetriever
+    from hyde_lc.retrievers.hyde import HyDERetriever
 
     remote = SimulatedRemoteChat(latency=latency)
     chain = build_answer_chain(HyDERetriever(vectorstore=store, hypothesis_llm=remote, k=k), remote)
@@ -553,7 +553,7 @@ def run_speed(
     ``query`` and ``concurrency`` search a collection of the first ``docs`` corpus
     documents: the one ``ingest`` builds, or, without that section, one ingested untimed.
     """
-    from hyde_lc.models import load_embeddings
+    from hyde_lc.models.loading import load_embeddings
 
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
@@ -577,7 +577,7 @@ def run_speed(
         if "ingest" in sections:
             report.sections["ingest"], store = ingest_speed(corpus, work, embeddings)
         elif {"query", "concurrency"} & set(sections):
-            from hyde_lc.ingest import ingest_paths
+            from hyde_lc.ingest.files import ingest_paths
 
             folder, store = _corpus_files(corpus, work, embeddings)
             ingest_paths([folder], store, progress=False)

@@ -30,8 +30,8 @@ from hyde_lc.cli import ask, bench, collection, evaluate
 from hyde_lc.cli.options import unicode_problem
 from hyde_lc.cli.render import shown_line
 from hyde_lc.errors import HydeLcError
-from hyde_lc.prompts import DEFAULT_PROMPT, PROMPTS
-from hyde_lc.samples import sample_files
+from hyde_lc.hyde.prompts import DEFAULT_PROMPT, PROMPTS
+from hyde_lc.ingest.samples import sample_files
 
 __all__ = ["build_parser", "main", "sample_files"]
 

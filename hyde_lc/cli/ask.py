@@ -1,7 +1,7 @@
 """``hyde-lc ask``: one question through the retriever and the answer model, every stage shown.
 
-The command builds a `hyde_lc.retriever.HyDERetriever` (or a
-`hyde_lc.neighbors.NeighborExpandingRetriever` around it, for ``--window``) from its
+The command builds a `hyde_lc.retrievers.hyde.HyDERetriever` (or a
+`hyde_lc.retrievers.neighbors.NeighborExpandingRetriever` around it, for ``--window``) from its
 options and asks it for `HyDEResult` details; it does no retrieval of its own. It prints
 the hypotheses and the retrieved passages (with how each was found: dense, lexical or
 both, and its scores), then streams the answer as the model writes it, then its sources.
@@ -57,8 +57,8 @@ SAMPLE_QUESTION = "How did the Fresnel lens change lighthouses?"
 
 def build_retriever(args: argparse.Namespace, store: Any, writer: Any) -> Any:
     """The retriever the options describe (the library's; settings checked by it)."""
-    from hyde_lc.neighbors import NeighborExpandingRetriever
-    from hyde_lc.retriever import HyDERetriever
+    from hyde_lc.retrievers.hyde import HyDERetriever
+    from hyde_lc.retrievers.neighbors import NeighborExpandingRetriever
 
     hyde = HyDERetriever(
         vectorstore=store,
@@ -88,7 +88,7 @@ class _NotTheFallback(logging.Filter):
 
 @contextmanager
 def _fallback_shown_once() -> Iterator[None]:
-    log = logging.getLogger("hyde_lc.hypotheses")
+    log = logging.getLogger("hyde_lc.hyde.hypotheses")
     quiet = _NotTheFallback()
     log.addFilter(quiet)
     try:
@@ -119,7 +119,7 @@ def _answer(llm: Any, result: Any, stream: bool) -> Answered:
     width on a terminal, as written otherwise.
     """
     from hyde_lc.answer import answer_with_context
-    from hyde_lc.endpoint_errors import endpoint_errors
+    from hyde_lc.models.endpoint_errors import endpoint_errors
 
     chain = answer_with_context(llm)
     inputs = {"question": result.query, "documents": result.documents}
@@ -146,9 +146,14 @@ def _answer(llm: Any, result: Any, stream: bool) -> Answered:
 def cmd_ask(args: argparse.Namespace) -> int:
     """``hyde-lc ask``: hypotheses, retrieved passages, the answer (streamed) and timings."""
     from hyde_lc.answer import citation, cited_sources
-    from hyde_lc.endpoint_errors import endpoint_errors
-    from hyde_lc.models import embedding_model_id, llm_model_name, load_llm, resolve_llm_spec
-    from hyde_lc.store import server_lost_as_error
+    from hyde_lc.models.endpoint_errors import endpoint_errors
+    from hyde_lc.models.loading import (
+        embedding_model_id,
+        llm_model_name,
+        load_llm,
+        resolve_llm_spec,
+    )
+    from hyde_lc.store.chroma import server_lost_as_error
 
     if not args.question.strip():
         raise HydeLcError(

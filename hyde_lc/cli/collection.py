@@ -27,11 +27,11 @@ from hyde_lc.cli.render import info_lines, ingest_lines, json_text, shown_line
 from hyde_lc.errors import HydeLcError
 
 SAMPLE_LANGUAGES = ("en", "zh")
-"""`hyde_lc.samples.SAMPLE_LANGUAGES` (kept here: the parser does not import the library)."""
+"""`hyde_lc.ingest.samples.SAMPLE_LANGUAGES` (kept here: the parser does not import the library)."""
 MULTILINGUAL_EMBEDDINGS = "local:multilingual-e5-small"
-"""`hyde_lc.language.MULTILINGUAL_EMBEDDINGS`: what ``--sample zh`` embeds a new collection with."""
+"""`hyde_lc.core.language.MULTILINGUAL_EMBEDDINGS`: ``--sample zh`` embeds a new collection so."""
 EMBEDDINGS_ENV = "HYDE_LC_EMBEDDINGS"
-"""`hyde_lc.models.EMBEDDINGS_ENV`."""
+"""`hyde_lc.models.loading.EMBEDDINGS_ENV`."""
 UNDONE_STATUSES = ("empty", "skipped")
 """File statuses that leave work undone: the command ingests the rest, then exits 1."""
 
@@ -62,14 +62,14 @@ def sample_embeddings(args: argparse.Namespace) -> str | None:
     """
     if args.sample != "zh" or args.embeddings or os.environ.get(EMBEDDINGS_ENV):
         return None
-    from hyde_lc.store import StoreLocation, collection_exists
+    from hyde_lc.store.chroma import StoreLocation, collection_exists
 
     location = StoreLocation.resolve(args.store, args.chroma_url, args.collection)
     return None if collection_exists(location) else MULTILINGUAL_EMBEDDINGS
 
 
 def input_limits(args: argparse.Namespace) -> Any:
-    """The `hyde_lc.documents.InputLimits` of ``hyde-lc ingest``'s options (defaults for the rest).
+    """`hyde_lc.ingest.reading.InputLimits` from ``hyde-lc ingest``'s options (else defaults).
 
     Example:
         >>> ns = argparse.Namespace(max_pdf_page_mb=8.0, max_pdf_mb=None, max_page_chars=None,
@@ -78,7 +78,7 @@ def input_limits(args: argparse.Namespace) -> Any:
         8388608
 
     """
-    from hyde_lc.documents import DEFAULT_LIMITS, InputLimits
+    from hyde_lc.ingest.reading import DEFAULT_LIMITS, InputLimits
 
     def mb(value: float | None, default: int) -> int:
         return default if value is None else int(value * 2**20)
@@ -98,16 +98,16 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     Returns 1 (after ingesting the rest) when a file had no text to index or something
     inside a folder was passed over.
     """
-    from hyde_lc.endpoint_errors import endpoint_errors
-    from hyde_lc.ingest import (
+    from hyde_lc.ingest.files import (
         MAX_FILE_BYTES,
         check_file_size,
         discover_files,
         ingest_paths,
     )
-    from hyde_lc.samples import sample_files
-    from hyde_lc.store import visible_count
-    from hyde_lc.weights import cache_dir
+    from hyde_lc.ingest.samples import sample_files
+    from hyde_lc.models.endpoint_errors import endpoint_errors
+    from hyde_lc.models.weights import cache_dir
+    from hyde_lc.store.chroma import visible_count
 
     paths = [*args.paths, *(sample_files(args.sample) if args.sample else [])]
     if not paths:
@@ -187,7 +187,7 @@ def _undone(files: list[Any]) -> int:
 
 def cmd_info(args: argparse.Namespace) -> int:
     """``hyde-lc info``: chunks, documents (and incomplete ones), embedding model."""
-    from hyde_lc.store import StoreLocation, collection_info
+    from hyde_lc.store.chroma import StoreLocation, collection_info
 
     store = open_collection(args, must_exist=True)
     info = collection_info(store)
@@ -203,7 +203,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def _check_index(store: Any) -> tuple[dict[str, Any], int]:
     """Audit the collection's BM25 index now: (what it found, exit code)."""
-    from hyde_lc.hybrid_collection import HybridCollection
+    from hyde_lc.store.collection import HybridCollection
 
     try:
         result = HybridCollection.of(store).audit()

@@ -104,7 +104,7 @@ def _not_the_question_file(out: Path, questions: str, flag: str) -> None:
 def _judge(args: argparse.Namespace) -> tuple[Any, Any]:
     if not args.judge:
         return None, None
-    from hyde_lc.models import load_embeddings, load_llm
+    from hyde_lc.models.loading import load_embeddings, load_llm
 
     # Ragas discards a judge reply cut at max_tokens, and its JSON replies run long.
     return load_llm(args.judge, role="answer", max_tokens=1024), load_embeddings(args.embeddings)

@@ -36,13 +36,13 @@ model's window anyway; a ``--k`` above the collection's size already returns eve
 there is."""
 MAX_HYPOTHESES = 64
 """The most hypothetical passages per question (``--n-hypotheses``): each one is an LLM
-call for every question (`hyde_lc.retriever.MAX_HYPOTHESES`)."""
+call for every question (`hyde_lc.retrievers.hyde.MAX_HYPOTHESES`)."""
 MAX_TIMEOUT_S = 86_400.0
 """The longest ``--timeout``: one day (the thread join behind it refuses far larger
 numbers with an OverflowError)."""
 
 FUSION_MODES = ("mean", "concat", "rrf")
-"""`hyde_lc.fusion.FUSION_MODES`: how query and hypotheses make the dense search."""
+"""`hyde_lc.core.fusion.FUSION_MODES`: how query and hypotheses make the dense search."""
 LEXICAL_CHOICES = ("on", "off")
 """``--lexical``: BM25 next to the vectors (``on``, the retriever's ``lexical="auto"``)."""
 
@@ -310,8 +310,8 @@ def open_collection(args: argparse.Namespace, must_exist: bool) -> Any:
     With ``must_exist``, a missing or empty collection is refused with what to run first,
     and nothing is created.
     """
-    from hyde_lc.models import load_embeddings
-    from hyde_lc.store import StoreLocation, collection_exists, open_store, visible_count
+    from hyde_lc.models.loading import load_embeddings
+    from hyde_lc.store.chroma import StoreLocation, collection_exists, open_store, visible_count
 
     location = StoreLocation.resolve(args.store, args.chroma_url, args.collection)
     if must_exist and not collection_exists(location):
@@ -333,13 +333,13 @@ def open_collection(args: argparse.Namespace, must_exist: bool) -> Any:
 
 
 def open_hypothesis_cache(path: str | None) -> Any:
-    """`hyde_lc.hypothesis_cache.HypothesisCache` for ``--hypothesis-cache`` (None: no cache).
+    """`hyde_lc.hyde.hypothesis_cache.HypothesisCache` for ``--hypothesis-cache`` (None: no cache).
 
     Its folder is created if missing; a file that cannot be a cache is refused.
     """
     if not path:
         return None
-    from hyde_lc.hypothesis_cache import HypothesisCache
+    from hyde_lc.hyde.hypothesis_cache import HypothesisCache
 
     file = Path(path).expanduser()
     try:

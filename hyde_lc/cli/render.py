@@ -57,7 +57,7 @@ def json_text(payload: Any) -> str:
 
 
 def ingest_lines(files: Sequence[Any]) -> list[str]:
-    """One line per file of an `hyde_lc.ingest.IngestReport` (notes indented under it)."""
+    """One line per file of an `hyde_lc.ingest.files.IngestReport` (notes indented under it)."""
     lines = []
     for result in files:
         lines.append(f"{result.status:9} {result.chunks:5} chunks  {shown_line(result.source)}")
@@ -74,7 +74,7 @@ SCRIPT_LABELS = {
 
 
 def script_summary(scripts: dict[str, int]) -> str:
-    """Chunks per script (`hyde_lc.store.collection_info`'s ``scripts``), as info shows them.
+    """Chunks per script (`hyde_lc.store.chroma.collection_info`'s ``scripts``), as info shows them.
 
     Example:
         >>> script_summary({"cjk": 12, "latin": 3})
@@ -103,7 +103,7 @@ def _audit_line(audit: dict[str, Any]) -> str:
 
 
 def info_lines(info: dict[str, Any]) -> list[str]:
-    """`hyde_lc.store.collection_info` (plus ``location``) as text."""
+    """`hyde_lc.store.chroma.collection_info` (plus ``location``) as text."""
     lines = [
         shown_line(str(info["location"])),
         f"embedding model: {shown_line(str(info['embedding_model']))} "

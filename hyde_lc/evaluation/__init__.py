@@ -18,8 +18,8 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hyde_lc.compat import legacy_view, process_hyde_query
     from hyde_lc.evaluation.compare import ComparisonReport, compare_modes
+    from hyde_lc.evaluation.compat import legacy_view, process_hyde_query
     from hyde_lc.evaluation.pricing import PricingTable, stage_cost
     from hyde_lc.evaluation.ragas_metrics import (
         JUDGED_METRICS,
@@ -59,9 +59,9 @@ _EXPORTS = {
     "choose_metrics": "hyde_lc.evaluation.ragas_metrics",
     "compare_modes": "hyde_lc.evaluation.compare",
     "evaluate_questions": "hyde_lc.evaluation.runs",
-    "legacy_view": "hyde_lc.compat",
+    "legacy_view": "hyde_lc.evaluation.compat",
     "mean_scores": "hyde_lc.evaluation.ragas_metrics",
-    "process_hyde_query": "hyde_lc.compat",
+    "process_hyde_query": "hyde_lc.evaluation.compat",
     "query_for_evaluation": "hyde_lc.evaluation.records",
     "read_questions": "hyde_lc.evaluation.runs",
     "read_records": "hyde_lc.evaluation.runs",

@@ -14,7 +14,7 @@ that took are reported apart (``load_time_s``, ``load_s``) and are in no latency
 modes then take turns question by question, the first mode changing with each question
 (`turns`), so neither always runs first or on a machine the other has just warmed. A
 local answer model gives identical prompts identical answers
-(`hyde_lc.local_llm.LocalChatModel`), so two modes that retrieve the same passages get
+(`hyde_lc.models.local_llm.LocalChatModel`), so two modes that retrieve the same passages get
 the same answer.
 
 The report directory holds:

@@ -29,7 +29,7 @@ form. The record is a Ragas 0.4
   ``cost_source`` where every stage's price came from;
 - ``retrieval_method``: the retriever's configuration label (``standard``, ``hybrid``,
   ``hyde``, ``hybrid-hyde``, with non-default settings in parentheses and ``+window=N``
-  with expansion: `hyde_lc.retriever.configuration_label`); ``lexical`` (whether a BM25
+  with expansion: `hyde_lc.retrievers.hyde.configuration_label`); ``lexical`` (whether a BM25
   list took part); the models (``llm_hyde_model``, ``llm_answer_model``, ``hyde_provider``,
   ``answer_provider``, ``hyde_model_id``, ``answer_model_id``, ``embedding_model``); the
   ``hypothetical_documents``, any ``fallback``, ``query_note`` (the question was cut) and
@@ -69,6 +69,7 @@ from langchain_core.runnables.utils import AddableDict
 from langchain_core.vectorstores import VectorStore
 
 from hyde_lc.answer import answer_with_context, cited_sources
+from hyde_lc.core.reasoning import strip_reasoning
 from hyde_lc.errors import InvalidQueryError, InvalidSettingError
 from hyde_lc.evaluation.any_retriever import (
     query_embeddings,
@@ -87,9 +88,8 @@ from hyde_lc.evaluation.usage import (
     embedding_usage,
     summarise,
 )
-from hyde_lc.neighbors import NeighborExpandingRetriever
-from hyde_lc.reasoning import strip_reasoning
-from hyde_lc.retriever import HyDEResult, HyDERetriever
+from hyde_lc.retrievers.hyde import HyDEResult, HyDERetriever
+from hyde_lc.retrievers.neighbors import NeighborExpandingRetriever
 
 Mode = Literal["hyde", "standard"]
 MODES = ("hyde", "standard")
@@ -114,7 +114,7 @@ def default_mode(
         'hyde'
 
     """
-    from hyde_lc.models import ROLE_ENV
+    from hyde_lc.models.loading import ROLE_ENV
 
     configured = custom_hyde_llm is not None or (hyde_model or "").strip()
     configured = configured or os.environ.get(ROLE_ENV["hypothesis"], "").strip()
@@ -226,8 +226,8 @@ class EvaluationPipeline:
         retriever refuses; `StoreError` for a missing or empty collection. Both are
         raised before any model is loaded.
         """
-        from hyde_lc.models import load_llm
-        from hyde_lc.store import open_store
+        from hyde_lc.models.loading import load_llm
+        from hyde_lc.store.chroma import open_store
 
         if mode is None:
             asked = bool(retriever_fields.get("n_hypotheses"))
@@ -334,7 +334,7 @@ class EvaluationPipeline:
         use too. Warming keeps that out of every record's times. ``retrieval``: one
         search for a fixed text, question alone (no hypothesis is written or cached);
         ``hypothesis`` and ``answer``: the model's own ``warm_up``
-        (`hyde_lc.local_llm.LocalChatModel.warm_up`), for models that have one; a model
+        (`hyde_lc.models.local_llm.LocalChatModel.warm_up`), for models that have one; a model
         without one (a remote model) is not called, so warming costs no tokens. What an
         earlier pipeline warmed (a shared store, model or engine) takes about 0 s.
         A retriever other than hyde_lc's is warmed by one ``invoke`` of the fixed text (one

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hyde_lc.core.locks import held_here, holding
 from hyde_lc.errors import HydeLcError
-from hyde_lc.locks import held_here, holding
 
 try:
     import fcntl
@@ -247,7 +247,7 @@ def exclusive(path: Path, flag: str) -> Iterator[None]:
 
     Holds an ``flock`` on ``<path>.lock`` (written with this process's id, removed on
     release). Re-entrant within one thread, so `compare_modes` can hold its files while
-    `evaluate_questions` runs each. It shares `hyde_lc.locks` (who holds what, the holder's
+    `evaluate_questions` runs each. It shares `hyde_lc.core.locks` (who holds what, the holder's
     note) with the store's writer lock; unlike it, it refuses rather than waits.
     """
     lock = path.with_name(path.name + LOCK_SUFFIX)

@@ -77,8 +77,8 @@ from hyde_lc.evaluation.results_file import (
 )
 from hyde_lc.evaluation.searched_store import describe_store
 from hyde_lc.evaluation.usage import describe_embeddings, describe_llm
-from hyde_lc.retriever import HyDERetriever
-from hyde_lc.vectorstore import is_chroma
+from hyde_lc.retrievers.hyde import HyDERetriever
+from hyde_lc.search.stores import is_chroma
 
 logger = logging.getLogger(__name__)
 
@@ -789,7 +789,7 @@ def _stop_if_server_lost(pipeline: EvaluationPipeline, exc: Exception, out: Path
 
     The question is not recorded, so the rerun that resumes the run asks it again.
     """
-    from hyde_lc.store import lost_server
+    from hyde_lc.store.chroma import lost_server
 
     store = pipeline.store
     if store is None or not is_chroma(store):

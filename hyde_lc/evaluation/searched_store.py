@@ -3,7 +3,7 @@
 Evaluating over an empty or missing collection would retrieve nothing and record answers
 the model wrote from its own knowledge, scored as if retrieval had worked. `check_searchable`
 refuses such a store before any model runs, naming it and saying what to do. Nothing is
-created by the check: `hyde_lc.store.open_store` creates nothing, and neither does this.
+created by the check: `hyde_lc.store.chroma.open_store` creates nothing, and neither does this.
 
 Example:
     >>> from langchain_core.embeddings import DeterministicFakeEmbedding
@@ -22,7 +22,7 @@ from typing import Any
 from langchain_core.vectorstores import VectorStore
 
 from hyde_lc.errors import StoreError
-from hyde_lc.vectorstore import is_chroma, store_size
+from hyde_lc.search.stores import is_chroma, store_size
 
 UNKNOWN_CHROMA = "a langchain-chroma store"
 """Where a langchain-chroma ``Chroma`` store lives, as far as its public API says."""
@@ -37,7 +37,7 @@ def describe_store(store: VectorStore) -> tuple[str | None, str]:
     """
     if not is_chroma(store):
         return None, type(store).__name__
-    from hyde_lc.store import HydeChroma, server_url, store_folder
+    from hyde_lc.store.chroma import HydeChroma, server_url, store_folder
 
     if isinstance(store, HydeChroma):
         location = store.location
@@ -69,7 +69,7 @@ def check_searchable(store: VectorStore) -> None:
     other store is refused only when it can tell that it is empty (``InMemoryVectorStore``).
     """
     if is_chroma(store):
-        from hyde_lc.store import has_collection, visible_count
+        from hyde_lc.store.chroma import has_collection, visible_count
 
         collection, where = describe_store(store)
         name = f"collection {collection!r}" if collection else "the collection"

@@ -184,7 +184,7 @@ def describe_llm(llm: BaseLanguageModel | None) -> ModelInfo:
 
 def describe_embeddings(embeddings: Embeddings) -> ModelInfo:
     """Provider, short name and full id of an embeddings object."""
-    from hyde_lc.models import embedding_model_id
+    from hyde_lc.models.loading import embedding_model_id
 
     model_id = embedding_model_id(embeddings)
     if "MiniLMEmbeddings" in {cls.__name__ for cls in type(embeddings).__mro__}:  # either graph

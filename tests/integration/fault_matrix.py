@@ -351,7 +351,7 @@ def damaged_cached_gguf(ctx: Context) -> None:
 
     Sparse (no disk space taken): zeros after the magic, as a file damaged in place.
     """
-    from hyde_lc.weights import LOCAL_LLM_WEIGHTS
+    from hyde_lc.models.weights import LOCAL_LLM_WEIGHTS
 
     weights = LOCAL_LLM_WEIGHTS["qwen2.5-coder-0.5b"]
     cache = ctx.tmp / "cache"

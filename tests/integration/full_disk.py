@@ -51,8 +51,8 @@ def look(store_dir: Path, source: str) -> dict:
     from chromadb.api.client import SharedSystemClient
 
     from hyde_lc import open_store
-    from hyde_lc.hybrid_collection import HybridCollection
-    from hyde_lc.lexical import lexical_query
+    from hyde_lc.search.lexical import lexical_query
+    from hyde_lc.store.collection import HybridCollection
 
     SharedSystemClient.clear_system_cache()
     store = open_store(store_dir)
@@ -71,7 +71,8 @@ def look(store_dir: Path, source: str) -> dict:
 def _no_room_check() -> None:
     """Turn off the check before a write, so that the write itself meets the full disk."""
     try:
-        from hyde_lc import disk_space, ingest
+        from hyde_lc.ingest import files as ingest
+        from hyde_lc.store.chroma import disk_space
     except ImportError:  # a version without the check
         return
 

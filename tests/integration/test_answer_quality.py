@@ -14,7 +14,7 @@ import pytest
 
 from benchmarks.sample_qa import QUESTIONS, abstained, answered
 from hyde_lc import HyDERetriever, build_answer_chain, load_llm
-from hyde_lc.models import DEFAULT_HYPOTHESIS_LLM, DEFAULT_LLM
+from hyde_lc.models.loading import DEFAULT_HYPOTHESIS_LLM, DEFAULT_LLM
 
 pytestmark = [
     pytest.mark.integration,

@@ -30,7 +30,7 @@ from hyde_lc import (
 )
 from hyde_lc.errors import StoreError, StoreUnavailableError
 from hyde_lc.evaluation import read_records
-from hyde_lc.store import SEQ
+from hyde_lc.store.chroma import SEQ
 from tests.fakes import (
     ROOT,
     SAMPLE_PDF,
@@ -301,7 +301,7 @@ def test_ask_names_a_server_lost_mid_question(own_server, embeddings, monkeypatc
         [SAMPLE_PDF], open_store(url=own_server.url, embeddings=embeddings), progress=False
     )
     writer = StopsServerThenWrites(responses=["Lamps burned whale oil."], server=own_server)
-    monkeypatch.setattr("hyde_lc.models.load_llm", lambda *args, **kwargs: writer)
+    monkeypatch.setattr("hyde_lc.models.loading.load_llm", lambda *args, **kwargs: writer)
     code = cli.main(
         [
             "ask",
@@ -342,7 +342,7 @@ def test_a_change_keeping_the_count_made_with_chromadb_reaches_bm25(
     # check or change feed can see it; the background audit of a reader finds it.
     import chromadb
 
-    from hyde_lc.hybrid_collection import _AUDITING, HybridCollection
+    from hyde_lc.store.collection import _AUDITING, HybridCollection
 
     docs = tmp_path / "docs"
     docs.mkdir()

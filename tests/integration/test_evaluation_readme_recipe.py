@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from hyde_lc import models
 from hyde_lc.evaluation import read_records
+from hyde_lc.models import loading as models
 from tests.fakes import ROOT
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,8 @@ from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore
 
 from hyde_lc import load_embeddings, load_llm
-from hyde_lc.hyde_embeddings import HyDEEmbeddings
-from hyde_lc.store import HydeChroma
+from hyde_lc.hyde.embeddings import HyDEEmbeddings
+from hyde_lc.store.chroma import HydeChroma
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ import pytest
 from langchain_core.embeddings import Embeddings
 
 from hyde_lc import collection_info, ingest_paths, open_store
-from hyde_lc.documents import SEGMENT_CHARS
+from hyde_lc.ingest.reading import SEGMENT_CHARS
 
 pytestmark = pytest.mark.integration
 

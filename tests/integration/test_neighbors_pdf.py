@@ -5,8 +5,8 @@ import itertools
 import pytest
 
 from hyde_lc import HyDERetriever, NeighborExpandingRetriever
-from hyde_lc.ingest import load_document
-from hyde_lc.store import iter_metadatas
+from hyde_lc.ingest.files import load_document
+from hyde_lc.store.chroma import iter_metadatas
 from tests.fakes import SAMPLE_PDF, FixedHits
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from hyde_lc import models
+from hyde_lc.models import loading as models
 from tests.fakes import SAMPLE_PDF
 
 pytestmark = pytest.mark.integration

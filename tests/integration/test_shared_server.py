@@ -26,8 +26,8 @@ import pytest
 
 from benchmarks.soak import CHROMA, start_chroma_server
 from hyde_lc import HyDERetriever, open_store
-from hyde_lc.hybrid_collection import HybridCollection
-from hyde_lc.lexical import lexical_query, lexical_search_for
+from hyde_lc.search.lexical import lexical_query, lexical_search_for
+from hyde_lc.store.collection import HybridCollection
 from tests.fakes import ROOT, FakeEmbeddings
 
 pytestmark = pytest.mark.integration

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hyde_lc.ingest import ingest_paths
-from hyde_lc.store import HydeChroma, open_store
+from hyde_lc.ingest.files import ingest_paths
+from hyde_lc.store.chroma import HydeChroma, open_store
 from tests.fakes import TOPICS, FakeEmbeddings
 
 

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
+from hyde_lc.core.fusion import similar_enough
 from hyde_lc.errors import InvalidSettingError
-from hyde_lc.fusion import similar_enough
-from hyde_lc.retriever import HyDERetriever
+from hyde_lc.retrievers.hyde import HyDERetriever
 from tests.fakes import TOPICS, ScriptedChat
 
 QUERY = TOPICS[0]

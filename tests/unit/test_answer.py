@@ -13,7 +13,7 @@ from hyde_lc.answer import (
     fit_context,
     format_context,
 )
-from hyde_lc.local_llm import ContextWindowError, estimate_tokens
+from hyde_lc.models.local_llm import ContextWindowError, estimate_tokens
 
 DOCS = [
     Document(

@@ -23,8 +23,8 @@ from hyde_lc.bench import (
 )
 from hyde_lc.bench.retrieval import corpus_index, corpus_lexical, ir_metrics
 from hyde_lc.errors import HydeLcError, InvalidSettingError
-from hyde_lc.lexical import lexical_query
-from hyde_lc.vectorstore import vector_search
+from hyde_lc.search.lexical import lexical_query
+from hyde_lc.search.stores import vector_search
 from tests.fakes import ScriptedChat
 
 DOCS = {f"d{i}": (f"Title {i}", f"abstract number {i} about topic {i % 3}") for i in range(12)}
@@ -198,8 +198,8 @@ def test_a_langchain_sqlite_cache_is_read_and_left_as_it_was(
     from langchain_community.cache import SQLiteCache
     from langchain_core.outputs import Generation
 
-    from hyde_lc.hypotheses import llm_identity, sample_keys
-    from hyde_lc.prompts import get_prompt
+    from hyde_lc.hyde.hypotheses import llm_identity, sample_keys
+    from hyde_lc.hyde.prompts import get_prompt
 
     writer = ScriptedChat(replies=["never written"])
     file = tmp_path / "published.sqlite"

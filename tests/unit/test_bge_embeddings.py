@@ -7,17 +7,17 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-import hyde_lc.weights as weights
-from hyde_lc.bge_embeddings import (
+import hyde_lc.models.weights as weights
+from hyde_lc.errors import ModelFileError, ModelNotInstalledError, WeightChecksumError
+from hyde_lc.models.bge_embeddings import (
     BGE_ONNX,
     BGE_QUERY_PREFIX,
     BGE_SHA256,
     BGE_TOKENIZER,
     BgeSmallEmbeddings,
 )
-from hyde_lc.errors import ModelFileError, ModelNotInstalledError, WeightChecksumError
-from hyde_lc.local_embeddings import MiniLMEmbeddings
-from hyde_lc.models import load_embeddings
+from hyde_lc.models.loading import load_embeddings
+from hyde_lc.models.local_embeddings import MiniLMEmbeddings
 
 
 @dataclass

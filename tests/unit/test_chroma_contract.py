@@ -24,7 +24,7 @@ from chromadb.config import Settings
 from langchain_chroma import Chroma
 from langchain_core.vectorstores import VectorStore
 
-from hyde_lc.store import HydeChroma
+from hyde_lc.store.chroma import HydeChroma
 
 PACKAGE = Path(__file__).resolve().parents[2] / "hyde_lc"
 
@@ -39,10 +39,10 @@ PRIVATE = re.compile(
 """Private members of chromadb's and langchain-chroma's objects, as hyde_lc would reach them."""
 
 ALLOWED = {
-    ("chroma_location.py", 'session = getattr(getattr(self, "_server", None), "_session", None)'),
-    ("vectorstore.py", "return vectorstore._select_relevance_score_fn()"),
+    ("store/location.py", 'session = getattr(getattr(self, "_server", None), "_session", None)'),
+    ("search/stores.py", "return vectorstore._select_relevance_score_fn()"),
 }
-OWN = {"local_embeddings.py": re.compile(r"self\._session\b|_session: Any")}
+OWN = {"models/local_embeddings.py": re.compile(r"self\._session\b|_session: Any")}
 """hyde_lc's own attributes of the same name: local_embeddings.py's ONNX session."""
 
 
@@ -77,11 +77,11 @@ def test_the_check_finds_each_kind_of_private_use():
         server = getattr(store._client, "_server", None)
         self._chroma_collection = None
     """
-    assert len(private_uses(old, "store.py")) == 8
+    assert len(private_uses(old, "store/chroma.py")) == 8
     # the allowed uses are allowed in their own module only
     elsewhere = "        return vectorstore._select_relevance_score_fn()"
-    assert private_uses(elsewhere, "store_reads.py") != []
-    assert private_uses(elsewhere, "vectorstore.py") == []
+    assert private_uses(elsewhere, "store/reads.py") != []
+    assert private_uses(elsewhere, "search/stores.py") == []
 
 
 def test_the_allowed_private_uses_still_have_no_public_replacement():

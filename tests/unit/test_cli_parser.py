@@ -137,8 +137,8 @@ def test_evaluate_query_weight_words_and_numbers():
 
 
 def test_fusion_and_hypothesis_limits_match_the_retriever():
-    from hyde_lc.fusion import FUSION_MODES
-    from hyde_lc.retriever import MAX_HYPOTHESES
+    from hyde_lc.core.fusion import FUSION_MODES
+    from hyde_lc.retrievers.hyde import MAX_HYPOTHESES
 
     assert options.FUSION_MODES == FUSION_MODES
     assert options.MAX_HYPOTHESES == MAX_HYPOTHESES
@@ -161,7 +161,7 @@ def test_bench_and_speed_names_match_the_harness():
 
 
 def test_sample_languages_match_the_samples():
-    from hyde_lc.samples import SAMPLE_LANGUAGES, sample_files, sample_questions
+    from hyde_lc.ingest.samples import SAMPLE_LANGUAGES, sample_files, sample_questions
 
     assert collection.SAMPLE_LANGUAGES == SAMPLE_LANGUAGES
     for language in SAMPLE_LANGUAGES:
@@ -171,7 +171,7 @@ def test_sample_languages_match_the_samples():
 
 def test_an_unknown_sample_language_is_refused():
     from hyde_lc.errors import InvalidSettingError
-    from hyde_lc.samples import sample_files
+    from hyde_lc.ingest.samples import sample_files
 
     with pytest.raises(InvalidSettingError, match="no sample in 'fr': choose one of en, zh"):
         sample_files("fr")

@@ -22,8 +22,8 @@ from hyde_lc.evaluation.records import (
     query_for_evaluation,
 )
 from hyde_lc.evaluation.usage import UsageRecorder, summarise
-from hyde_lc.local_llm import ContextWindowError
-from hyde_lc.store import iter_chunks, open_store
+from hyde_lc.models.local_llm import ContextWindowError
+from hyde_lc.store.chroma import iter_chunks, open_store
 from tests.fakes import FakeEmbeddings, ScriptedChat, WordCountChat
 
 LEGACY_KEYS = {"question", "answer", "contexts", "ground_truth", "ground_truths"}
@@ -463,7 +463,7 @@ def test_passages_left_out_of_the_answer_context_are_recorded(store):
 
 def test_process_hyde_query_shape(store):
     import hyde_lc.evaluation
-    from hyde_lc.compat import legacy_view, process_hyde_query
+    from hyde_lc.evaluation.compat import legacy_view, process_hyde_query
 
     assert hyde_lc.evaluation.process_hyde_query is process_hyde_query
     assert hyde_lc.evaluation.legacy_view is legacy_view

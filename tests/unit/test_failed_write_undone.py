@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hyde_lc.hybrid_collection import HybridCollection, Write
-from hyde_lc.store import open_store, raw_get
+from hyde_lc.store.chroma import open_store, raw_get
+from hyde_lc.store.collection import HybridCollection, Write
 from tests.fakes import FakeEmbeddings
 
 

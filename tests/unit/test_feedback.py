@@ -10,14 +10,14 @@ from langchain_core.language_models import FakeListChatModel
 from langchain_core.vectorstores import InMemoryVectorStore
 
 from hyde_lc.errors import InvalidSettingError
-from hyde_lc.feedback import (
+from hyde_lc.retrievers.hyde import HyDERetriever
+from hyde_lc.search.feedback import (
     chunk_vectors,
     expand_query,
     expansion_terms,
     rocchio,
 )
-from hyde_lc.lexical import LexicalSearch, analyze
-from hyde_lc.retriever import HyDERetriever
+from hyde_lc.search.lexical import LexicalSearch, analyze
 from tests.fakes import TOPICS, FakeEmbeddings
 
 # -- the pure functions ------------------------------------------------------------------

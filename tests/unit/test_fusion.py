@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from hyde_lc.fusion import concat_text, fuse_mean, reciprocal_rank_fusion
+from hyde_lc.core.fusion import concat_text, fuse_mean, reciprocal_rank_fusion
 
 
 def test_fuse_mean_is_the_arithmetic_mean():

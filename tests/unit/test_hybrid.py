@@ -13,11 +13,11 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore
 
-from hyde_lc.hybrid_collection import HybridCollection
-from hyde_lc.ingest import ingest_paths
-from hyde_lc.lexical import LexicalSearch, lexical_query, lexical_search_for
-from hyde_lc.retriever import HyDERetriever
-from hyde_lc.store import META_HEAD, SEQ, fresh_metadata, lexical_folder, open_store
+from hyde_lc.ingest.files import ingest_paths
+from hyde_lc.retrievers.hyde import HyDERetriever
+from hyde_lc.search.lexical import LexicalSearch, lexical_query, lexical_search_for
+from hyde_lc.store.chroma import META_HEAD, SEQ, fresh_metadata, lexical_folder, open_store
+from hyde_lc.store.collection import HybridCollection
 from tests.fakes import FIVE_FILES, FakeEmbeddings, ScriptedChat, long_text, write_files
 
 TEXTS = FIVE_FILES
@@ -147,7 +147,7 @@ def test_deletions_logged_by_a_killed_writer_are_finished_by_the_next(store):
 
 
 def test_langchain_writes_update_the_index_without_a_rebuild(store, caplog):
-    with caplog.at_level(logging.INFO, logger="hyde_lc.hybrid_collection"):
+    with caplog.at_level(logging.INFO, logger="hyde_lc.store.collection"):
         for n in range(3):
             name = f"station-{n}"
             store.add_texts(
@@ -167,7 +167,7 @@ def test_the_index_lives_beside_the_collection(store):
 def test_a_store_without_an_index_searches_dense_only_and_says_so_once(caplog, fake_embeddings):
     store = InMemoryVectorStore(fake_embeddings)
     store.add_documents([Document(t, id=n) for n, t in TEXTS.items()])
-    with caplog.at_level(logging.WARNING, logger="hyde_lc.lexical"):
+    with caplog.at_level(logging.WARNING, logger="hyde_lc.search.lexical"):
         first = HyDERetriever(vectorstore=store, n_hypotheses=0, k=2)
         first.invoke("clockwork")
         HyDERetriever(vectorstore=store, n_hypotheses=0, k=2).invoke("clockwork")
@@ -231,7 +231,7 @@ def test_a_replacement_of_the_same_size_is_indexed_and_the_old_text_is_gone(stor
 def test_a_failure_after_the_new_version_became_searchable_leaves_an_index_of_it(
     tmp_path, fake_embeddings, monkeypatch
 ):
-    import hyde_lc.ingest
+    import hyde_lc.ingest.files
 
     doc = tmp_path / "big.txt"
     doc.write_text(long_text(40, "old"))
@@ -243,7 +243,9 @@ def test_a_failure_after_the_new_version_became_searchable_leaves_an_index_of_it
     def fail(*args, **kwargs):
         raise RuntimeError("the store went away")
 
-    monkeypatch.setattr(hyde_lc.ingest.Write, "delete_where", fail)  # removing the old version
+    monkeypatch.setattr(
+        hyde_lc.ingest.files.Write, "delete_where", fail
+    )  # removing the old version
     with pytest.raises(RuntimeError):
         ingest_paths([doc], store, progress=False, **settings)
     monkeypatch.undo()
@@ -289,7 +291,7 @@ def test_a_reader_during_a_write_finds_what_each_call_wrote_without_a_rebuild(
     store, fake_embeddings, caplog
 ):
     hybrid = HybridCollection.of(store)
-    with caplog.at_level(logging.INFO, logger="hyde_lc.hybrid_collection"):
+    with caplog.at_level(logging.INFO, logger="hyde_lc.store.collection"):
         with hybrid.writing() as write:  # a writer at work (this process holds the lock)
             write.upsert(
                 ["mid"],
@@ -566,7 +568,7 @@ def test_an_index_of_an_older_layout_is_replaced_by_a_new_one(store):
 
 
 def test_an_index_older_than_the_feed_keeps_is_rebuilt_not_caught_up(store, monkeypatch):
-    import hyde_lc.hybrid_collection as hc
+    import hyde_lc.store.collection as hc
 
     monkeypatch.setattr(hc, "FEED_TRIM_EVERY", 1)
     monkeypatch.setattr(hc, "FEED_KEEP_WRITES", 1)
@@ -603,7 +605,7 @@ def test_a_damaged_index_segment_is_rebuilt_and_searched(store):
 def test_an_index_that_cannot_be_written_leaves_the_search_dense_only_and_says_so(
     store, monkeypatch, caplog
 ):
-    import hyde_lc.hybrid_collection as hc
+    import hyde_lc.store.collection as hc
 
     shutil.rmtree(lexical_folder(store))  # must be rebuilt, and cannot be
 
@@ -612,7 +614,7 @@ def test_an_index_that_cannot_be_written_leaves_the_search_dense_only_and_says_s
 
     monkeypatch.setattr(hc.HybridCollection, "rebuild", no_space)
     retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, k=2)
-    with caplog.at_level(logging.WARNING, logger="hyde_lc.hybrid_collection"):
+    with caplog.at_level(logging.WARNING, logger="hyde_lc.store.collection"):
         docs = retriever.invoke("who wound the clockwork")
         retriever.invoke("who wound the clockwork")
     assert len(docs) == 2 and all(d.metadata["found_by"] == ["dense"] for d in docs)
@@ -621,7 +623,7 @@ def test_an_index_that_cannot_be_written_leaves_the_search_dense_only_and_says_s
 
 
 def test_the_head_never_moves_back(store):
-    from hyde_lc.store import set_head
+    from hyde_lc.store.chroma import set_head
 
     before = head(store)
     set_head(store, before - 1)  # a second writer that took an older number
@@ -637,7 +639,7 @@ def test_repeated_ids_are_read_once(store):
 def test_a_reader_with_an_old_state_never_returns_part_of_a_document_begun_since(
     store, fake_embeddings, monkeypatch
 ):
-    import hyde_lc.hybrid_collection as hc
+    import hyde_lc.store.collection as hc
 
     monkeypatch.setenv("HYDE_LC_REFRESH_INTERVAL", "60")
     hybrid = HybridCollection.of(store)
@@ -663,7 +665,7 @@ def test_a_reader_with_an_old_state_never_returns_part_of_a_document_begun_since
 def test_a_killed_replacement_of_the_same_size_is_indexed_by_the_next_reader(
     store, fake_embeddings
 ):
-    from hyde_lc.store import META_WRITING, set_metadata_value
+    from hyde_lc.store.chroma import META_WRITING, set_metadata_value
 
     (fog,) = store.get(where={"file_name": "fog.txt"})["ids"]
     seq = head(store) + 1
@@ -688,7 +690,7 @@ def test_a_killed_replacement_of_the_same_size_is_indexed_by_the_next_reader(
 
 
 def test_an_index_that_fails_to_take_a_change_is_rebuilt(store, monkeypatch):
-    from hyde_lc.lexical import LexicalIndex
+    from hyde_lc.search.lexical import LexicalIndex
 
     real = LexicalIndex.apply
     calls = []

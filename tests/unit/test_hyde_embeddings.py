@@ -14,12 +14,12 @@ from langchain_core.prompts import PromptTemplate
 from langchain_core.vectorstores import InMemoryVectorStore
 from langchain_openai import ChatOpenAI
 
-from hyde_lc.endpoint_errors import ModelConfigurationError
 from hyde_lc.errors import HydeLcError, InvalidQueryError, InvalidSettingError
-from hyde_lc.hyde_embeddings import HyDEEmbeddings
-from hyde_lc.prompts import PROMPTS
-from hyde_lc.retriever import DEFAULT_QUERY_WEIGHT
-from hyde_lc.store import open_store
+from hyde_lc.hyde.embeddings import HyDEEmbeddings
+from hyde_lc.hyde.prompts import PROMPTS
+from hyde_lc.models.endpoint_errors import ModelConfigurationError
+from hyde_lc.retrievers.hyde import DEFAULT_QUERY_WEIGHT
+from hyde_lc.store.chroma import open_store
 from tests.fakes import TOPICS, FakeEmbeddings, PromptLog, ScriptedChat, status_server
 
 QUESTION = "How do lighthouse lenses focus light?"
@@ -140,7 +140,7 @@ def test_invalid_settings_are_refused_saying_what_to_do(base, settings, message)
 
 def test_a_failing_llm_falls_back_to_the_query_embedding(base, caplog):
     embeddings = HyDEEmbeddings.from_llm(ScriptedChat(error=True), base)
-    with caplog.at_level(logging.WARNING, logger="hyde_lc.hypotheses"):
+    with caplog.at_level(logging.WARNING, logger="hyde_lc.hyde.hypotheses"):
         details = embeddings.embed_query_with_details(QUESTION)
     assert details.vector == base.embed_query(QUESTION)
     assert details.hypotheses == [] and "model exploded" in details.fallback

@@ -19,17 +19,17 @@ from langchain_core.tracers.context import collect_runs
 from langchain_core.vectorstores import InMemoryVectorStore
 from pydantic import Field
 
-from hyde_lc.cancellation import CancelScope, GenerationCancelled, cancel_scope, current_scope
-from hyde_lc.endpoint_errors import ModelConfigurationError
+from hyde_lc.core.cancellation import CancelScope, GenerationCancelled, cancel_scope, current_scope
 from hyde_lc.errors import HydeLcError
-from hyde_lc.hypotheses import awrite_hypotheses, write_hypotheses
-from hyde_lc.local_llm import LocalChatModel
-from hyde_lc.models import load_llm
-from hyde_lc.retriever import HyDERetriever
+from hyde_lc.hyde.hypotheses import awrite_hypotheses, write_hypotheses
+from hyde_lc.models.endpoint_errors import ModelConfigurationError
+from hyde_lc.models.loading import load_llm
+from hyde_lc.models.local_llm import LocalChatModel
+from hyde_lc.retrievers.hyde import HyDERetriever
 from tests.fakes import FakeEmbeddings, status_server
 
 URL = "http://127.0.0.1:9/v1/chat/completions"
-LOGGER = "hyde_lc.hypotheses"
+LOGGER = "hyde_lc.hyde.hypotheses"
 
 
 def _response(status: int) -> httpx2.Response:
@@ -427,7 +427,7 @@ def test_a_timed_out_hypothesis_does_not_hold_the_process_at_exit():
     script = (
         "import time\n"
         "from langchain_core.language_models import BaseChatModel\n"
-        "from hyde_lc.hypotheses import write_hypotheses\n"
+        "from hyde_lc.hyde.hypotheses import write_hypotheses\n"
         "class Slow(BaseChatModel):\n"
         "    _llm_type = 'slow'\n"
         "    def _generate(self, *a, **k):\n"

@@ -11,10 +11,10 @@ from langchain_community.cache import SQLiteCache
 from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration, Generation
 
-from hyde_lc.hypotheses import llm_identity, sample_keys, write_hypotheses
-from hyde_lc.hypothesis_cache import HypothesisCache, HypothesisCacheError
-from hyde_lc.local_llm import LocalChatModel
-from hyde_lc.prompts import get_prompt
+from hyde_lc.hyde.hypotheses import llm_identity, sample_keys, write_hypotheses
+from hyde_lc.hyde.hypothesis_cache import HypothesisCache, HypothesisCacheError
+from hyde_lc.hyde.prompts import get_prompt
+from hyde_lc.models.local_llm import LocalChatModel
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = ROOT / "benchmarks" / "results" / "hypotheses" / "scifact-qwen2.5-coder-1.5b.sqlite"

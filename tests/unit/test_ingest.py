@@ -9,8 +9,8 @@ import pytest
 from langchain_core.documents import Document
 
 from hyde_lc.errors import EmbeddingMismatchError, IngestError, StoreError
-from hyde_lc.ingest import chunk_id, ingest_paths, load_document, split_document
-from hyde_lc.store import collection_info, iter_metadatas, open_store
+from hyde_lc.ingest.files import chunk_id, ingest_paths, load_document, split_document
+from hyde_lc.store.chroma import collection_info, iter_metadatas, open_store
 from tests.fakes import (
     SAMPLE_PDF,
     FakeEmbeddings,
@@ -234,7 +234,7 @@ def searchable(store, queries: list[str]) -> set[str]:
 
 
 def test_a_document_larger_than_one_write_is_hidden_until_complete_then_resumed(tmp_path):
-    from hyde_lc.store import pending_versions
+    from hyde_lc.store.chroma import pending_versions
 
     doc = tmp_path / "big.txt"
     doc.write_text(long_text(60, "old"))
@@ -272,7 +272,7 @@ def test_a_document_larger_than_one_write_is_hidden_until_complete_then_resumed(
 def test_a_failure_while_removing_the_old_version_leaves_only_the_new_one_searchable(
     tmp_path, fake_embeddings, monkeypatch
 ):
-    import hyde_lc.ingest
+    import hyde_lc.ingest.files
 
     doc = tmp_path / "big.txt"
     doc.write_text(long_text(60, "old"))
@@ -284,7 +284,7 @@ def test_a_failure_while_removing_the_old_version_leaves_only_the_new_one_search
     def fail(*args, **kwargs):
         raise RuntimeError("the store went away")
 
-    monkeypatch.setattr(hyde_lc.ingest.Write, "delete_where", fail)
+    monkeypatch.setattr(hyde_lc.ingest.files.Write, "delete_where", fail)
     with pytest.raises(RuntimeError):
         ingest_paths([doc], store, progress=False, **LARGE)
     (new_id,) = set(versions(store)) - {old_id}
@@ -338,8 +338,8 @@ def test_a_file_gone_blank_keeps_its_previous_version(tmp_path, fake_embeddings)
 
 
 def test_a_killed_run_that_wrote_nothing_leaves_no_trace_after_the_next(tmp_path, fake_embeddings):
-    from hyde_lc.ingest import doc_version
-    from hyde_lc.store import pending_versions, set_pending
+    from hyde_lc.ingest.files import doc_version
+    from hyde_lc.store.chroma import pending_versions, set_pending
 
     doc = tmp_path / "d.txt"
     doc.write_text(long_text(4))
@@ -375,10 +375,10 @@ def test_a_document_of_one_segment_is_split_as_a_whole(tmp_path):
 def test_a_long_document_is_split_in_segments_that_rebuild_it_exactly(
     tmp_path, fake_embeddings, monkeypatch
 ):
-    import hyde_lc.documents
-    from hyde_lc.neighbors import join_chunks
+    import hyde_lc.ingest.reading
+    from hyde_lc.retrievers.neighbors import join_chunks
 
-    monkeypatch.setattr(hyde_lc.documents, "SEGMENT_CHARS", 2500)
+    monkeypatch.setattr(hyde_lc.ingest.reading, "SEGMENT_CHARS", 2500)
     path = tmp_path / "long.txt"
     path.write_text("  " + long_text(80, "s") + "\n")  # about 20 segments
     text = path.read_text()
@@ -404,7 +404,7 @@ def test_a_long_document_is_split_in_segments_that_rebuild_it_exactly(
 
 @pytest.mark.parametrize("block", [1, 7, 999, 10**9])
 def test_segments_do_not_depend_on_how_the_text_is_read(block):
-    from hyde_lc.documents import iter_segments
+    from hyde_lc.ingest.reading import iter_segments
 
     text = long_text(40, "b") + " " + "x" * 3000 + "\n" + long_text(5, "c")
     blocks = [text[i : i + block] for i in range(0, len(text), block)]

@@ -7,8 +7,8 @@ from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from hyde_lc import HyDERetriever, ingest_documents
 from hyde_lc.errors import IngestError
-from hyde_lc.lexical import lexical_query, lexical_search_for
-from hyde_lc.store import iter_metadatas, open_store
+from hyde_lc.search.lexical import lexical_query, lexical_search_for
+from hyde_lc.store.chroma import iter_metadatas, open_store
 from tests.fakes import SAMPLE_PDF, FakeEmbeddings, ScriptedChat
 
 

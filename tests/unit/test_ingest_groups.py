@@ -7,10 +7,10 @@ import pytest
 from pydantic import Field
 
 from hyde_lc.errors import IngestError
-from hyde_lc.hybrid_collection import Write
-from hyde_lc.ingest import ingest_paths
-from hyde_lc.lexical import lexical_query, lexical_search_for
-from hyde_lc.store import iter_metadatas, open_store
+from hyde_lc.ingest.files import ingest_paths
+from hyde_lc.search.lexical import lexical_query, lexical_search_for
+from hyde_lc.store.chroma import iter_metadatas, open_store
+from hyde_lc.store.collection import Write
 from tests.fakes import FakeEmbeddings, long_text
 
 SMALL = {"chunk_size": 300, "chunk_overlap": 20, "batch_size": 8}
@@ -187,7 +187,7 @@ def test_unchanged_files_between_changed_ones_do_not_break_the_group(tmp_path, u
 def test_sources_with_few_chunks_share_writes_and_keep_their_order(tmp_path, upserts):
     from langchain_core.documents import Document
 
-    from hyde_lc.document_ingest import ingest_documents
+    from hyde_lc.ingest.documents import ingest_documents
 
     docs = [
         Document(f"{WORDS[i]} paragraph {j} of source {i}", metadata={"source": f"s{i}"})
@@ -211,7 +211,7 @@ def test_sources_with_few_chunks_share_writes_and_keep_their_order(tmp_path, ups
 def test_a_chunk_moved_to_a_later_source_of_the_same_write_is_kept(tmp_path, upserts):
     from langchain_core.documents import Document
 
-    from hyde_lc.document_ingest import ingest_documents
+    from hyde_lc.ingest.documents import ingest_documents
 
     store = open_store(tmp_path / "store", embeddings=FakeEmbeddings(size=32))
     ingest_documents([Document("tides", id="x", metadata={"source": "a"})], store)
@@ -234,7 +234,7 @@ def test_a_chunk_moved_to_a_later_source_of_the_same_write_is_kept(tmp_path, ups
 def test_a_chunk_count_below_one_is_refused_before_anything_is_written(tmp_path, bad):
     from langchain_core.documents import Document
 
-    from hyde_lc.document_ingest import ingest_documents
+    from hyde_lc.ingest.documents import ingest_documents
 
     (path,) = small_files(tmp_path / "docs", 1)
     store = open_store(tmp_path / "store", embeddings=FakeEmbeddings(size=32))
@@ -250,7 +250,7 @@ def test_a_chunk_count_below_one_is_refused_before_anything_is_written(tmp_path,
 def test_a_source_that_only_loses_a_chunk_to_another_is_replaced(tmp_path):
     from langchain_core.documents import Document
 
-    from hyde_lc.document_ingest import ingest_documents
+    from hyde_lc.ingest.documents import ingest_documents
 
     store = open_store(tmp_path / "store", embeddings=FakeEmbeddings(size=32))
     kept = Document("currents", id="w", metadata={"source": "a"})
@@ -265,7 +265,7 @@ def test_a_source_that_only_loses_a_chunk_to_another_is_replaced(tmp_path):
 def test_unchanged_sources_are_settled_without_waiting_for_a_write(tmp_path, monkeypatch):
     from langchain_core.documents import Document
 
-    import hyde_lc.document_ingest as document_ingest
+    import hyde_lc.ingest.documents as document_ingest
 
     docs = [Document(f"text {i}", id=f"d{i}", metadata={"source": f"s{i}"}) for i in range(5)]
     store = open_store(tmp_path / "store", embeddings=FakeEmbeddings(size=32))
@@ -299,7 +299,7 @@ def test_a_group_retires_its_old_versions_in_one_delete(tmp_path, monkeypatch, c
         return real(self, where)
 
     monkeypatch.setattr(Write, "delete_where", record)
-    with caplog.at_level("INFO", logger="hyde_lc.ingest"):
+    with caplog.at_level("INFO", logger="hyde_lc.ingest.files"):
         report = ingest_paths(paths, store, progress=False, **SMALL)
     assert [f.status for f in report.files] == ["replaced"] * 4
     assert len(wheres) == 1 and len(wheres[0]["$or"]) == 4
@@ -312,7 +312,7 @@ def test_log_lines_keep_the_files_order(tmp_path, caplog):
     paths = small_files(tmp_path / "docs", 3)
     store = open_store(tmp_path / "store", embeddings=FakeEmbeddings(size=32))
     ingest_paths(paths[2:], store, progress=False, **SMALL)  # the last file: unchanged below
-    with caplog.at_level("INFO", logger="hyde_lc.ingest"):
+    with caplog.at_level("INFO", logger="hyde_lc.ingest.files"):
         ingest_paths(paths, store, progress=False, **SMALL)
     lines = [r.getMessage().split()[:2] for r in caplog.records if "chunks)" in r.getMessage()]
     assert [(status, Path(name).name) for status, name in lines] == [

@@ -2,9 +2,8 @@ import doctest
 
 import pytest
 
-from hyde_lc import language
-from hyde_lc.ingest import load_document
-from hyde_lc.language import (
+from hyde_lc.core import language as language
+from hyde_lc.core.language import (
     SAME_LANGUAGE,
     SAMPLE_CHARS,
     dominant_script,
@@ -17,6 +16,7 @@ from hyde_lc.language import (
     says_not_enough_information,
     script_shares,
 )
+from hyde_lc.ingest.files import load_document
 from tests.conftest import ROOT, SAMPLE_PDF
 
 SAMPLE_ZH_PDF = ROOT / "hyde_lc" / "sample" / "lighthouses_zh.pdf"

@@ -7,10 +7,10 @@ import chromadb
 import pytest
 
 from hyde_lc.errors import InvalidSettingError
-from hyde_lc.hybrid_collection import AUDIT_ENV, HybridCollection, audit_interval
-from hyde_lc.ingest import ingest_paths
-from hyde_lc.lexical import lexical_query, lexical_search_for, read_state
-from hyde_lc.store import open_store
+from hyde_lc.ingest.files import ingest_paths
+from hyde_lc.search.lexical import lexical_query, lexical_search_for, read_state
+from hyde_lc.store.chroma import open_store
+from hyde_lc.store.collection import AUDIT_ENV, HybridCollection, audit_interval
 from tests.fakes import FIVE_FILES, FakeEmbeddings, recorded_threads, write_files
 
 TEXTS = FIVE_FILES
@@ -120,7 +120,7 @@ def test_an_audit_during_a_write_decides_nothing(store):
 
 
 def test_many_changes_rebuild_the_index(store, caplog, monkeypatch):
-    monkeypatch.setattr("hyde_lc.hybrid_collection.AUDIT_MAX_CHANGES", 3)
+    monkeypatch.setattr("hyde_lc.store.collection.AUDIT_MAX_CHANGES", 3)
     raw = raw_collection(store)
     got = raw.get(include=["metadatas", "documents"])
     raw.update(
@@ -128,7 +128,7 @@ def test_many_changes_rebuild_the_index(store, caplog, monkeypatch):
         documents=[f"rewritten {t}" for t in got["documents"]],
         embeddings=store.embeddings.embed_documents(got["documents"]),
     )
-    with caplog.at_level(logging.WARNING, logger="hyde_lc.hybrid_collection"):
+    with caplog.at_level(logging.WARNING, logger="hyde_lc.store.collection"):
         result = HybridCollection.of(store).audit()
     assert result is not None and result.rebuilt
     assert "5 chunks were added or changed and 0 deleted outside hyde_lc" in caplog.text

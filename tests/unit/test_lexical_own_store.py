@@ -10,10 +10,10 @@ from langchain_community.vectorstores import FAISS
 from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
-import hyde_lc.lexical
+import hyde_lc.search.lexical
 from hyde_lc import HyDERetriever, LexicalSearch
 from hyde_lc.errors import InvalidSettingError
-from hyde_lc.lexical import lexical_query
+from hyde_lc.search.lexical import lexical_query
 from tests.fakes import FakeEmbeddings
 
 TEXTS = {
@@ -34,9 +34,9 @@ def found(lexical: LexicalSearch, words: str) -> list[str]:
 
 @pytest.fixture
 def warnings_once(monkeypatch, caplog):
-    monkeypatch.setattr(hyde_lc.lexical, "_WARNED", set())
-    with caplog.at_level(logging.WARNING, logger="hyde_lc.lexical"):
-        yield lambda: [r.getMessage() for r in caplog.records if r.name == "hyde_lc.lexical"]
+    monkeypatch.setattr(hyde_lc.search.lexical, "_WARNED", set())
+    with caplog.at_level(logging.WARNING, logger="hyde_lc.search.lexical"):
+        yield lambda: [r.getMessage() for r in caplog.records if r.name == "hyde_lc.search.lexical"]
 
 
 def test_documents_without_ids_get_the_ids_the_in_memory_store_gave_them():

@@ -7,7 +7,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 from pydantic import ValidationError
 
-from hyde_lc.local_llm import LocalChatModel
+from hyde_lc.models.local_llm import LocalChatModel
 
 
 def _request(**fields: float) -> dict:

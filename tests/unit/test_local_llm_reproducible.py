@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from hyde_lc.local_llm import LocalChatModel, _Engine, _Slots
+from hyde_lc.models.local_llm import LocalChatModel, _Engine, _Slots
 
 
 class StandInServer:

@@ -5,10 +5,10 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from hyde_lc.chroma_location import StoreLocation
 from hyde_lc.errors import IngestError, StoreUnavailableError
-from hyde_lc.retriever import HyDERetriever
-from hyde_lc.store import lost_server, server_url
+from hyde_lc.retrievers.hyde import HyDERetriever
+from hyde_lc.store.chroma import lost_server, server_url
+from hyde_lc.store.location import StoreLocation
 
 URL = "http://127.0.0.1:8123"
 
@@ -62,7 +62,7 @@ def test_other_failures_are_not_a_lost_server():
 
 
 def test_an_evaluation_run_stops_at_a_lost_server_and_resumes(tmp_path, store, monkeypatch):
-    import hyde_lc.chroma_location
+    import hyde_lc.store.location
     from hyde_lc.evaluation.records import EvaluationPipeline
     from hyde_lc.evaluation.runs import evaluate_questions, read_questions, read_records
 
@@ -82,7 +82,7 @@ def test_an_evaluation_run_stops_at_a_lost_server_and_resumes(tmp_path, store, m
             return super().run(question, **kwargs)
 
     # The embedded test store stands in for a server at URL.
-    monkeypatch.setattr(hyde_lc.chroma_location, "server_url", lambda _: URL)
+    monkeypatch.setattr(hyde_lc.store.location, "server_url", lambda _: URL)
     out = tmp_path / "out.jsonl"
     dying = ServerDiesAfter(2, standard(store))
     with pytest.raises(StoreUnavailableError, match=r"keeps the 2 records in .*out\.jsonl"):

@@ -18,9 +18,9 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-import hyde_lc.minilm_quantized as mq  # noqa: E402
+import hyde_lc.models.minilm_quantized as mq  # noqa: E402
 from hyde_lc.errors import ModelFileError  # noqa: E402
-from hyde_lc.minilm_quantized import (  # noqa: E402
+from hyde_lc.models.minilm_quantized import (  # noqa: E402
     MADE_WITH,
     DynamicGraph,
     QuantizedGraphError,
@@ -196,9 +196,9 @@ def unmakeable(monkeypatch, int8_cpu) -> None:
 
 
 def test_the_default_falls_back_to_the_shipped_graph_under_its_own_id(unmakeable, caplog):
-    from hyde_lc.models import embedding_model_id, load_embeddings
+    from hyde_lc.models.loading import embedding_model_id, load_embeddings
 
-    with caplog.at_level(logging.WARNING, logger="hyde_lc.models"):
+    with caplog.at_level(logging.WARNING, logger="hyde_lc.models.loading"):
         embeddings = load_embeddings()
     assert embedding_model_id(embeddings) == "local:minilm"  # recorded as what it is
     (record,) = caplog.records
@@ -208,7 +208,7 @@ def test_the_default_falls_back_to_the_shipped_graph_under_its_own_id(unmakeable
 
 @pytest.mark.parametrize("chosen", ["argument", "environment"])
 def test_a_chosen_minilm_dq_is_never_replaced(unmakeable, monkeypatch, chosen):
-    from hyde_lc.models import load_embeddings
+    from hyde_lc.models.loading import load_embeddings
 
     if chosen == "environment":
         monkeypatch.setenv("HYDE_LC_EMBEDDINGS", "local:minilm-dq")
@@ -217,7 +217,7 @@ def test_a_chosen_minilm_dq_is_never_replaced(unmakeable, monkeypatch, chosen):
 
 
 def test_the_default_is_the_quantised_graph_when_it_can_be_made(monkeypatch, int8_cpu):
-    from hyde_lc.models import DEFAULT_EMBEDDINGS, embedding_model_id, load_embeddings
+    from hyde_lc.models.loading import DEFAULT_EMBEDDINGS, embedding_model_id, load_embeddings
 
     monkeypatch.delenv("HYDE_LC_EMBEDDINGS", raising=False)
     made = mq.MiniLMDynamicEmbeddings()
@@ -246,13 +246,13 @@ def test_which_cpus_add_int8_products_exactly(tmp_path, machine, flags, exact):
 
 
 def test_without_int8_dot_products_the_default_is_the_shipped_graph(monkeypatch, caplog):
-    from hyde_lc.models import embedding_model_id, load_embeddings
+    from hyde_lc.models.loading import embedding_model_id, load_embeddings
 
     monkeypatch.delenv("HYDE_LC_EMBEDDINGS", raising=False)
     monkeypatch.setattr(mq, "cpu_adds_int8_products_exactly", lambda: False)
     made = mq.MiniLMDynamicEmbeddings()
     monkeypatch.setattr(mq, "load_minilm_dynamic", lambda **overrides: made)
-    with caplog.at_level(logging.INFO, logger="hyde_lc.models"):
+    with caplog.at_level(logging.INFO, logger="hyde_lc.models.loading"):
         embeddings = load_embeddings()
     assert embedding_model_id(embeddings) == "local:minilm"  # though the graph could be made
     (record,) = caplog.records
@@ -268,7 +268,7 @@ def test_without_onnxruntime_the_default_is_refused_naming_the_extra(monkeypatch
     import importlib.util
 
     from hyde_lc.errors import MissingDependencyError
-    from hyde_lc.models import load_embeddings
+    from hyde_lc.models.loading import load_embeddings
 
     monkeypatch.delenv("HYDE_LC_EMBEDDINGS", raising=False)
     real = importlib.util.find_spec

@@ -1,9 +1,9 @@
 import pytest
 from langchain_openai import ChatOpenAI, OpenAIEmbeddings
 
-from hyde_lc.endpoint_errors import ModelEndpointError, endpoint_errors
 from hyde_lc.errors import InvalidSettingError, ModelNotInstalledError, UnknownModelSpecError
-from hyde_lc.models import (
+from hyde_lc.models.endpoint_errors import ModelEndpointError, endpoint_errors
+from hyde_lc.models.loading import (
     ModelSpec,
     embedding_model_id,
     load_embeddings,
@@ -11,7 +11,7 @@ from hyde_lc.models import (
     resolve_embeddings_spec,
     resolve_llm_spec,
 )
-from hyde_lc.weights import PackagedFile
+from hyde_lc.models.weights import PackagedFile
 from tests.fakes import refused_url, silent_server
 
 

@@ -28,18 +28,18 @@ from hyde_lc.answer import (
 )
 from hyde_lc.cli import collection as collection_command
 from hyde_lc.cli.render import info_lines
+from hyde_lc.core.language import MULTILINGUAL_EMBEDDINGS
 from hyde_lc.errors import (
     EmbeddingMismatchError,
     IngestError,
     MissingDependencyError,
     UnknownModelSpecError,
 )
-from hyde_lc.ingest import ingest_paths, load_document, resolve_chunking, split_document
-from hyde_lc.language import MULTILINGUAL_EMBEDDINGS
-from hyde_lc.models import EMBEDDINGS_ENV, embedding_model_id, load_embeddings
-from hyde_lc.multilingual_embeddings import E5_MODEL_ID, MultilingualE5Embeddings
-from hyde_lc.neighbors import gap_between, join_chunks
-from hyde_lc.store import collection_info, iter_metadatas, open_store
+from hyde_lc.ingest.files import ingest_paths, load_document, resolve_chunking, split_document
+from hyde_lc.models.loading import EMBEDDINGS_ENV, embedding_model_id, load_embeddings
+from hyde_lc.models.multilingual_embeddings import E5_MODEL_ID, MultilingualE5Embeddings
+from hyde_lc.retrievers.neighbors import gap_between, join_chunks
+from hyde_lc.store.chroma import collection_info, iter_metadatas, open_store
 from tests.fakes import FakeEmbeddings, long_text
 
 E5 = "local:multilingual-e5-small"
@@ -204,7 +204,7 @@ def test_info_counts_scripts_and_unknown_for_older_chunks(tmp_path, files):
 
 
 def test_info_command_shows_scripts(tmp_path, files, capsys, monkeypatch):
-    monkeypatch.setattr("hyde_lc.models.load_embeddings", lambda spec=None, **kw: named(E5))
+    monkeypatch.setattr("hyde_lc.models.loading.load_embeddings", lambda spec=None, **kw: named(E5))
     store = open_store(tmp_path / "s", embeddings=named(E5))
     ingest_paths([files["zh"]], store, progress=False)
     assert cli.main(["info", "--store", str(tmp_path / "s")]) == 0
@@ -306,7 +306,7 @@ def specs(monkeypatch) -> list[str | None]:
         asked.append(spec)
         return named(spec or "local:minilm")
 
-    monkeypatch.setattr("hyde_lc.models.load_embeddings", load)
+    monkeypatch.setattr("hyde_lc.models.loading.load_embeddings", load)
     monkeypatch.delenv(EMBEDDINGS_ENV, raising=False)
     return asked
 

@@ -10,12 +10,12 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
-import hyde_lc.neighbors
+import hyde_lc.retrievers.neighbors
 from hyde_lc.errors import InvalidSettingError
-from hyde_lc.ingest import ingest_paths, load_document
-from hyde_lc.neighbors import NeighborExpandingRetriever, join_chunks, trim_to_budget
-from hyde_lc.retriever import HyDERetriever
-from hyde_lc.store import iter_metadatas, open_store
+from hyde_lc.ingest.files import ingest_paths, load_document
+from hyde_lc.retrievers.hyde import HyDERetriever
+from hyde_lc.retrievers.neighbors import NeighborExpandingRetriever, join_chunks, trim_to_budget
+from hyde_lc.store.chroma import iter_metadatas, open_store
 from tests.fakes import FakeEmbeddings, FixedHits, RunRecorder, ScriptedChat, unique_text
 
 
@@ -424,9 +424,11 @@ def in_memory(chunks, fake_embeddings, keep=None):
 @pytest.fixture
 def warnings_once(monkeypatch, caplog):
     """The neighbour warnings of this test alone (each is logged once per process)."""
-    monkeypatch.setattr(hyde_lc.neighbors, "_WARNED", set())
-    with caplog.at_level(logging.WARNING, logger="hyde_lc.neighbors"):
-        yield lambda: [r.getMessage() for r in caplog.records if r.name == "hyde_lc.neighbors"]
+    monkeypatch.setattr(hyde_lc.retrievers.neighbors, "_WARNED", set())
+    with caplog.at_level(logging.WARNING, logger="hyde_lc.retrievers.neighbors"):
+        yield lambda: [
+            r.getMessage() for r in caplog.records if r.name == "hyde_lc.retrievers.neighbors"
+        ]
 
 
 def test_an_in_memory_store_of_hyde_lc_chunks_expands_by_id(corpus, fake_embeddings):

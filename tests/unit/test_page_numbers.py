@@ -7,8 +7,8 @@ from pypdf.constants import PageLabelStyle
 
 from hyde_lc import NeighborExpandingRetriever, ingest_documents, ingest_paths, open_store
 from hyde_lc.answer import citation
-from hyde_lc.hybrid_collection import HybridCollection
-from hyde_lc.store import iter_chunks
+from hyde_lc.store.chroma import iter_chunks
+from hyde_lc.store.collection import HybridCollection
 from tests.fakes import FakeEmbeddings, FixedHits, long_text, make_pdf
 
 

@@ -1,7 +1,7 @@
 import pytest
 
 from hyde_lc.errors import HydeLcError
-from hyde_lc.prompts import PROMPTS, get_prompt, render_prompt
+from hyde_lc.hyde.prompts import PROMPTS, get_prompt, render_prompt
 
 
 def test_paper_prompts_are_verbatim():

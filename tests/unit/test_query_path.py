@@ -10,12 +10,12 @@ from langchain_core.documents import Document
 from langchain_core.language_models import FakeListChatModel
 from langchain_core.load import dumpd, load
 
-from hyde_lc.chunks import RetrievedChunk
+from hyde_lc.core.chunks import RetrievedChunk
 from hyde_lc.errors import InvalidSettingError
-from hyde_lc.hyde_embeddings import HyDEEmbeddings
-from hyde_lc.hyde_transform import HyDETransform
-from hyde_lc.neighbors import NeighborExpandingRetriever
-from hyde_lc.retriever import HyDERetriever
+from hyde_lc.hyde.embeddings import HyDEEmbeddings
+from hyde_lc.hyde.transform import HyDETransform
+from hyde_lc.retrievers.hyde import HyDERetriever
+from hyde_lc.retrievers.neighbors import NeighborExpandingRetriever
 from tests.fakes import TOPICS, ScriptedChat
 
 QUESTION = "How do lighthouses focus light?"

@@ -6,9 +6,9 @@ Dense fusion math: the retrievers here search with ``lexical="off"``.
 import numpy as np
 import pytest
 
+from hyde_lc.core.fusion import reciprocal_rank_fusion
 from hyde_lc.errors import InvalidSettingError
-from hyde_lc.fusion import reciprocal_rank_fusion
-from hyde_lc.retriever import DEFAULT_QUERY_WEIGHT, HyDERetriever
+from hyde_lc.retrievers.hyde import DEFAULT_QUERY_WEIGHT, HyDERetriever
 from tests.fakes import TOPICS, ScriptedChat
 
 

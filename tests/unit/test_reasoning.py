@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from hyde_lc.reasoning import astrip_reasoning_stream, strip_reasoning, strip_reasoning_stream
+from hyde_lc.core.reasoning import astrip_reasoning_stream, strip_reasoning, strip_reasoning_stream
 
 CASES = [
     ("<think>plan the answer</think>\n\nTides follow the moon.", "Tides follow the moon."),

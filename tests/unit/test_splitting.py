@@ -5,11 +5,11 @@ import pytest
 from langchain_core.documents import Document
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
-from hyde_lc import splitting
 from hyde_lc.errors import InvalidSettingError
-from hyde_lc.ingest import LoadedDocument, load_document, split_document
-from hyde_lc.neighbors import join_chunks
-from hyde_lc.splitting import default_chunk_size, make_splitter
+from hyde_lc.ingest import splitting as splitting
+from hyde_lc.ingest.files import LoadedDocument, load_document, split_document
+from hyde_lc.ingest.splitting import default_chunk_size, make_splitter
+from hyde_lc.retrievers.neighbors import join_chunks
 from tests.conftest import ROOT, SAMPLE_PDF
 
 SAMPLE_ZH_PDF = ROOT / "hyde_lc" / "sample" / "lighthouses_zh.pdf"

@@ -12,10 +12,10 @@ from chromadb.config import Settings
 from langchain_chroma import Chroma
 
 from hyde_lc.errors import EmbeddingMismatchError, IngestError, StoreError
-from hyde_lc.ingest import doc_version, ingest_paths
-from hyde_lc.neighbors import NeighborExpandingRetriever
-from hyde_lc.retriever import HyDERetriever
-from hyde_lc.store import (
+from hyde_lc.ingest.files import doc_version, ingest_paths
+from hyde_lc.retrievers.hyde import HyDERetriever
+from hyde_lc.retrievers.neighbors import NeighborExpandingRetriever
+from hyde_lc.store.chroma import (
     COSINE,
     META_DIMENSION,
     META_MODEL,
@@ -275,9 +275,9 @@ def test_searches_around_pending_chunks_find_the_nearest_visible_ones(
 ):
     """Pending chunks are dropped from more results than asked for (or, past a limit,
     filtered out by Chroma): the same k nearest visible chunks either way."""
-    import hyde_lc.store_state
+    import hyde_lc.store.state
 
-    monkeypatch.setattr(hyde_lc.store_state, "_POST_FILTER_LIMIT", limit)
+    monkeypatch.setattr(hyde_lc.store.state, "_POST_FILTER_LIMIT", limit)
     folder = tmp_path / "docs"
     folder.mkdir()
     for i in range(6):
@@ -320,8 +320,8 @@ def test_langchain_writes_create_the_collection_with_the_model_recorded(tmp_path
 
 
 def test_the_vector_search_helpers_leave_pending_documents_out(two_docs, fake_embeddings):
-    from hyde_lc.store import documents_by_id, mmr_search
-    from hyde_lc.vectorstore import vector_search
+    from hyde_lc.search.stores import vector_search
+    from hyde_lc.store.chroma import documents_by_id, mmr_search
 
     store, version, hidden = two_docs
     text = next(t for t, _ in hidden if "hidden3." in t)

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from hyde_lc.documents import DEFAULT_LIMITS, InputLimits, find_files, load_document, scan_file
 from hyde_lc.errors import IngestError
-from hyde_lc.ingest import ingest_paths
-from hyde_lc.store import iter_metadatas, open_store
+from hyde_lc.ingest.files import ingest_paths
+from hyde_lc.ingest.reading import DEFAULT_LIMITS, InputLimits, find_files, load_document, scan_file
+from hyde_lc.store.chroma import iter_metadatas, open_store
 from tests.fakes import long_text
 from tests.hostile_pdfs import content_pdf, zip_bomb_pdf
 
@@ -177,9 +177,9 @@ def test_the_cli_help_states_the_library_defaults():
 )
 def test_a_bad_setting_names_the_variable_the_value_and_the_range(monkeypatch, name, raw, allowed):
     from hyde_lc.errors import InvalidSettingError
-    from hyde_lc.hybrid_collection import refresh_interval
-    from hyde_lc.local_llm import _default_threads, default_context_size
-    from hyde_lc.multilingual_embeddings import _default_threads as e5_threads
+    from hyde_lc.models.local_llm import _default_threads, default_context_size
+    from hyde_lc.models.multilingual_embeddings import _default_threads as e5_threads
+    from hyde_lc.store.collection import refresh_interval
 
     monkeypatch.setenv(name, raw)
     readers = {
@@ -195,9 +195,9 @@ def test_a_bad_setting_names_the_variable_the_value_and_the_range(monkeypatch, n
 
 
 def test_settings_within_their_range_are_used(monkeypatch):
-    from hyde_lc.hybrid_collection import refresh_interval
-    from hyde_lc.local_llm import _default_threads, default_context_size
-    from hyde_lc.multilingual_embeddings import _default_threads as e5_threads
+    from hyde_lc.models.local_llm import _default_threads, default_context_size
+    from hyde_lc.models.multilingual_embeddings import _default_threads as e5_threads
+    from hyde_lc.store.collection import refresh_interval
 
     monkeypatch.setenv("HYDE_LC_N_CTX", "8192")
     monkeypatch.setenv("HYDE_LC_THREADS", "3")
@@ -210,7 +210,7 @@ def test_settings_within_their_range_are_used(monkeypatch):
 
 def test_the_local_model_refuses_a_huge_context_before_loading_anything(monkeypatch):
     from hyde_lc.errors import InvalidSettingError
-    from hyde_lc.models import load_llm
+    from hyde_lc.models.loading import load_llm
 
     monkeypatch.setenv("HYDE_LC_N_CTX", "100000000")
     with pytest.raises(InvalidSettingError, match="HYDE_LC_N_CTX"):

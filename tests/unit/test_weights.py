@@ -4,7 +4,7 @@ import sys
 import pytest
 
 from hyde_lc.errors import ModelNotInstalledError, WeightChecksumError
-from hyde_lc.weights import PartSet
+from hyde_lc.models.weights import PartSet
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-import hyde_lc.weights as weights
+import hyde_lc.models.weights as weights
 from hyde_lc.errors import ModelFileError
-from hyde_lc.models import local_model_path
-from hyde_lc.weights import PackagedFile, PartSet, verify_file
+from hyde_lc.models.loading import local_model_path
+from hyde_lc.models.weights import PackagedFile, PartSet, verify_file
 
 WHOLE = b"GGUF" + bytes(range(256)) * 40
 
@@ -150,7 +150,7 @@ def test_a_cache_variable_pointing_at_a_file_names_the_variable_and_the_fix(
     tmp_path, monkeypatch, below
 ):
     from hyde_lc.errors import InvalidSettingError
-    from hyde_lc.weights import cache_dir
+    from hyde_lc.models.weights import cache_dir
 
     (tmp_path / "file").write_text("not a folder")
     monkeypatch.setenv("HYDE_LC_CACHE_DIR", str(tmp_path / "file" / below))

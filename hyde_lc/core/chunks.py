@@ -1,0 +1,82 @@
+"""`RetrievedChunk`: a retrieved Document whose scores are not part of its identity.
+
+hyde_lc's retrievers put each hit's scores in its metadata (``score``, ``dense_score``,
+``lexical_score``, ``found_by``, ...). LangChain's wrappers deduplicate by Document
+equality (``MultiQueryRetriever`` keeps a Document unless an equal one came before), and
+two searches give one chunk different scores: plain Documents would come back twice.
+A `RetrievedChunk` compares equal to another Document of the same chunk (same id, text
+and stored metadata) whatever the scores of the search that found it. It serialises as
+a plain ``Document`` (``dumpd``/``loads``) and is one everywhere else.
+
+Example:
+    >>> from langchain_core.documents import Document
+    >>> a = RetrievedChunk.of(Document("Fresnel lenses", id="c1", metadata={"score": 0.9}))
+    >>> b = RetrievedChunk.of(Document("Fresnel lenses", id="c1", metadata={"score": 0.4}))
+    >>> a == b, a.metadata["score"]
+    (True, 0.9)
+
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.documents import Document
+
+SEARCH_KEYS = frozenset(
+    {
+        "score",
+        "similarity",
+        "dense_score",
+        "lexical_score",
+        "found_by",
+        "retrieval_mode",
+        "hyde_fallback",
+        "hyde_query_truncated",
+        "hyde_hypotheses_dropped",
+        "lexical_note",
+        "hit_chunk_index",
+        "hit_chunk_indexes",
+    }
+)
+"""Metadata a search adds to a chunk (or to a window of chunks, `hyde_lc.retrievers.neighbors`):
+what it found, not what the chunk is."""
+
+
+def stored_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """``metadata`` without what a search added (`SEARCH_KEYS`)."""
+    return {key: value for key, value in metadata.items() if key not in SEARCH_KEYS}
+
+
+class RetrievedChunk(Document):
+    """A Document found by a search: equal to the same chunk found by any other search.
+
+    Example:
+        >>> from langchain_core.documents import Document
+        >>> RetrievedChunk.of(Document("x", metadata={"score": 1.0})) == Document("x")
+        True
+
+    """
+
+    @classmethod
+    def of(cls, doc: Document) -> RetrievedChunk:
+        """``doc`` as a `RetrievedChunk` (the same fields; metadata copied)."""
+        if isinstance(doc, cls):
+            return doc
+        return cls(page_content=doc.page_content, metadata=dict(doc.metadata), id=doc.id)
+
+    @classmethod
+    def lc_id(cls) -> list[str]:
+        """Serialised as LangChain's own ``Document``: loading gives one back."""
+        return Document.lc_id()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Document):
+            return NotImplemented
+        return (
+            self.page_content == other.page_content
+            and (self.id or None) == (other.id or None)
+            and stored_metadata(self.metadata) == stored_metadata(other.metadata)
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as Document

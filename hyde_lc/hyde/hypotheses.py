@@ -1,0 +1,564 @@
+"""Writing hypothetical documents: prompts in, N passages out, with cache and fallbacks.
+
+`write_hypotheses` (and its async twin) sends the rendered prompts to the LLM together
+(so local llama.cpp decodes them in one batch and remote APIs in parallel), within a
+timeout, and keeps the outputs that are neither empty nor refusals. Reasoning that a
+"thinking" model writes before its passage (``<think>...</think>``) is removed first.
+
+What happens when the LLM fails:
+
+* a timeout cancels the generations still running: local llama.cpp requests stop within
+  one decoding step (`hyde_lc.core.cancellation`), remote requests carry the remaining time
+  as their HTTP timeout, prompts not yet sent are never sent, and no thread left behind
+  holds the process at exit;
+* a cancel of the caller's `hyde_lc.core.cancellation.CancelScope` (or of one it is nested in)
+  stops the generations as a timeout does and ends the wait at once, but keeps the
+  passages already written; the prompts that had not finished count as failed
+  (`GenerationCancelled`), and with no passage the fallback is ``cancelled: <reason>``;
+* a configuration error (a rejected API key, 401; no permission, 403; an unknown model
+  or URL, 404; a missing or damaged local model file) raises
+  `hyde_lc.models.endpoint_errors.ModelConfigurationError` or the package's own error: HyDE is
+  not silently turned off by a setup mistake. ``config_errors="fallback"`` treats them
+  as transient instead;
+* transient failures (timeouts, connection errors, rate limits, 5xx, a prompt over the
+  context window, empty output, refusals) fall back: the retriever then searches with
+  the plain query. Prompts that did produce a passage are kept.
+
+Each fallback is logged once as a warning on the ``hyde_lc.hyde.hypotheses`` logger, and its
+reason is returned in `Hypotheses.fallback`.
+
+The optional cache is any LangChain ``BaseCache`` (`hyde_lc.hyde.hypothesis_cache.HypothesisCache`
+for a persistent one). Its key is the prompt *and the sample's index*, with the LLM's own
+parameter string, so N hypotheses for one question stay N different samples and a rerun
+of the same questions costs no LLM call. The LLM's own cache is bypassed for these calls:
+keyed on the prompt alone, it would return the first sample N times.
+
+Example:
+    >>> from langchain_core.language_models import FakeListChatModel
+    >>> llm = FakeListChatModel(responses=["Passage A.", "Passage B."])
+    >>> write_hypotheses(llm, ["Q1", "Q1"]).texts
+    ['Passage A.', 'Passage B.']
+
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import re
+import threading
+from collections import Counter
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from langchain_core.caches import BaseCache
+from langchain_core.language_models import BaseChatModel, BaseLanguageModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, Generation
+from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import get_config_list
+
+from hyde_lc.core.cancellation import (
+    CancelScope,
+    GenerationCancelled,
+    cancel_scope,
+    current_scope,
+)
+from hyde_lc.core.reasoning import strip_reasoning
+from hyde_lc.errors import (
+    InvalidSettingError,
+    MissingDependencyError,
+    ModelFileError,
+    ModelNotInstalledError,
+    UnknownModelSpecError,
+    WeightChecksumError,
+)
+from hyde_lc.models.endpoint_errors import (
+    ModelConfigurationError,
+    describe_endpoint_error,
+    is_configuration_error,
+)
+
+logger = logging.getLogger(__name__)
+
+ConfigErrors = Literal["raise", "fallback"]
+
+DEFAULT_CONCURRENCY = 8
+"""Prompts in flight at once unless the config sets ``max_concurrency`` (a local model
+also waits for one of its ``parallel`` engine slots)."""
+
+_REFUSAL = re.compile(
+    r"^\s*(i'?m sorry|i am sorry|sorry, i|i cannot|i can'?t|i'm unable|i am unable|"
+    r"as an ai|i do not have|i don'?t have (?:enough )?information)",
+    re.IGNORECASE,
+)
+
+_SETUP_ERRORS = (
+    ModelConfigurationError,
+    MissingDependencyError,
+    ModelFileError,
+    ModelNotInstalledError,
+    UnknownModelSpecError,
+    WeightChecksumError,
+    InvalidSettingError,
+)
+"""The package's own errors that mean the hypothesis model is set up wrongly."""
+
+
+@dataclass
+class Hypotheses:
+    """What one round of generation produced."""
+
+    texts: list[str]
+    """The usable passages, in prompt order."""
+    prompts: list[str]
+    """The rendered prompts, one per requested passage."""
+    messages: list[BaseMessage] = field(default_factory=list)
+    """Fresh LLM outputs (with token usage); cache hits add none."""
+    cache_hits: int = 0
+    """Passages served from the cache."""
+    fallback: str | None = None
+    """Why no passage is usable (the retriever then searches with the query alone)."""
+    failed: int = 0
+    """Prompts whose generation failed while others succeeded (their passages are missing)."""
+
+
+def is_refusal(text: str) -> bool:
+    """True for empty output and for the refusal openings small models produce."""
+    return not text.strip() or bool(_REFUSAL.match(text))
+
+
+def sample_keys(prompts: list[str]) -> list[str]:
+    """Cache keys: each prompt plus the index of its sample (``...#sample=2``)."""
+    seen: Counter[str] = Counter()
+    keys = []
+    for prompt in prompts:
+        keys.append(f"{prompt}\x1f#sample={seen[prompt]}")
+        seen[prompt] += 1
+    return keys
+
+
+def llm_identity(llm: BaseLanguageModel) -> str:
+    """The LLM's parameter string (model, temperature, ...), as LangChain's cache uses."""
+    getter = getattr(llm, "_get_llm_string", None)
+    return getter() if callable(getter) else repr(llm)
+
+
+def is_setup_error(exc: BaseException) -> bool:
+    """True when ``exc`` means the hypothesis model is configured wrongly (see above)."""
+    return isinstance(exc, _SETUP_ERRORS) or is_configuration_error(exc)
+
+
+def _uncached(llm: BaseLanguageModel) -> BaseLanguageModel:
+    """The LLM without its own cache, and generating without streaming its tokens.
+
+    A passage is used only once complete, and streamed tokens would reach
+    ``astream_events`` consumers as if they were the answer.
+    """
+    update: dict[str, Any] = {}
+    if getattr(llm, "cache", None) is not False:
+        update["cache"] = False
+    if isinstance(llm, BaseChatModel) and llm.disable_streaming is not True:
+        update["disable_streaming"] = True
+    return llm.model_copy(update=update) if update else llm
+
+
+def _text(output: Any) -> str:
+    text = output.text if isinstance(output, BaseMessage) else str(output)
+    return strip_reasoning(text)
+
+
+def _model_name(llm: BaseLanguageModel) -> str:
+    for attr in ("resolved_model_name", "model_name", "model"):
+        value = getattr(llm, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    return type(llm).__name__
+
+
+def _fallback(reason: str, llm: BaseLanguageModel, prompts: list[str]) -> str:
+    count = len(prompts)
+    logger.warning(
+        "HyDE fell back to the plain query (%d %s for %s): %s",
+        count,
+        "hypothesis" if count == 1 else "hypotheses",
+        _model_name(llm),
+        reason,
+    )
+    return reason
+
+
+def _describe(exc: BaseException, llm: BaseLanguageModel) -> str:
+    described = describe_endpoint_error(exc, llm, role="hypothesis")
+    return str(described) if described is not None else f"{type(exc).__name__}: {exc}"
+
+
+def _raise_setup_error(exc: BaseException, llm: BaseLanguageModel) -> None:
+    if isinstance(exc, _SETUP_ERRORS):
+        raise exc
+    described = describe_endpoint_error(exc, llm, role="hypothesis")
+    message = str(described) if described is not None else f"{type(exc).__name__}: {exc}"
+    raise ModelConfigurationError(
+        f"HyDE cannot write hypotheses: {message}. To search without hypotheses, use "
+        "--mode standard (n_hypotheses=0)",
+        url=getattr(described, "url", None),
+        status=getattr(described, "status", None),
+    ) from exc
+
+
+def _assemble(
+    llm: BaseLanguageModel,
+    prompts: list[str],
+    cached: list[str | None],
+    results: list[Any],
+    config_errors: ConfigErrors,
+    cancelled: str | None = None,
+) -> Hypotheses:
+    """Hypotheses from cache hits and fresh results (outputs or exceptions).
+
+    ``cancelled`` says why the generations were cancelled, if they were: the fallback
+    names it when nothing else went wrong.
+    """
+    errors = [r for r in results if isinstance(r, BaseException)]
+    setup = next((e for e in errors if is_setup_error(e)), None)
+    if setup is not None and config_errors == "raise":
+        _raise_setup_error(setup, llm)
+    # An error that cancelled the other generations says more than their cancels.
+    first = next((e for e in errors if not isinstance(e, GenerationCancelled)), None)
+    fresh = iter(results)
+    texts, messages = [], []
+    for hit in cached:
+        if hit is not None:
+            texts.append(hit)
+            continue
+        output = next(fresh)
+        if isinstance(output, BaseException):
+            continue
+        if isinstance(output, BaseMessage):
+            messages.append(output)
+        texts.append(_text(output))
+    kept = [t for t in texts if not is_refusal(t)]
+    hits = sum(c is not None for c in cached)
+    reason = None
+    if not kept:
+        if errors and first is None and cancelled is not None:
+            reason = f"cancelled: {cancelled}"
+        elif errors:
+            reason = f"error: {_describe(first or errors[0], llm)}"
+        else:
+            reason = "empty or refusal"
+        reason = _fallback(reason, llm, prompts)
+    elif errors:
+        logger.warning(
+            "%d of %d hypotheses from %s failed (the others are used): %s",
+            len(errors),
+            len(prompts),
+            _model_name(llm),
+            _describe(first or errors[0], llm),
+        )
+    return Hypotheses(kept, prompts, messages, cache_hits=hits, fallback=reason, failed=len(errors))
+
+
+def _to_cache(keys: list[str], cached: list[str | None], results: list[Any]) -> list[tuple]:
+    """The (key, generations) pairs worth caching: fresh, usable outputs only."""
+    missing = [key for key, hit in zip(keys, cached, strict=True) if hit is None]
+    entries = []
+    for key, output in zip(missing, results, strict=True):
+        if isinstance(output, BaseException):
+            continue
+        text = _text(output)
+        if not is_refusal(text):
+            generation: Generation = ChatGeneration(message=AIMessage(content=text))
+            entries.append((key, [generation]))
+    return entries
+
+
+def _call_kwargs(llm: BaseLanguageModel, timeout: float | None) -> dict[str, Any]:
+    """Per-request options: remote OpenAI-style models get ``timeout`` as HTTP timeout."""
+    if timeout is None:
+        return {}
+    try:
+        from langchain_openai.chat_models.base import BaseChatOpenAI
+    except ImportError:  # pragma: no cover - a core dependency
+        return {}
+    if not isinstance(llm, BaseChatOpenAI):
+        return {}
+    configured = llm.request_timeout
+    if isinstance(configured, int | float) and configured < timeout:
+        return {}
+    return {"timeout": timeout}
+
+
+def _concurrency(config: RunnableConfig | None, count: int) -> int:
+    limit = (config or {}).get("max_concurrency") or DEFAULT_CONCURRENCY
+    return max(1, min(count, int(limit)))
+
+
+_PENDING: Any = object()
+"""The outcome of a prompt that has not ended yet."""
+
+
+class _Round:
+    """The outcome of every prompt of one round of generation, each counted exactly once.
+
+    A prompt ends with its output, with the exception its call raised or, once the scope
+    (or one it is nested in) is cancelled, with `GenerationCancelled` if it had not ended
+    yet: never sent, or still generating for nobody. The round is over when every prompt
+    has ended, so a cancel ends it at once and keeps the passages already written. A
+    setup error cancels the scope: the other prompts would fail the same way.
+
+    The threads of `write_hypotheses` and the tasks of `awrite_hypotheses` both take
+    their prompts from a round and hand it their outcomes.
+    """
+
+    def __init__(self, count: int, scope: CancelScope) -> None:
+        self.scope = scope
+        self.results: list[Any] = [_PENDING] * count
+        self.timed_out = False
+        """True when the wait's timeout expired first (the scope is then cancelled)."""
+        self.cancelled: str | None = None
+        """Why the scope was cancelled, when that ended the round."""
+        self._sent = 0
+        self._left = count
+        self._lock = threading.Lock()
+        self._over = threading.Event()
+        self._wakers: list[Callable[[], None]] = []
+        if not count:
+            self._over.set()
+        self._forget = scope.on_cancel(self._cancel)
+
+    def next_prompt(self) -> int | None:
+        """The next prompt's index; None once all are sent or the scope is cancelled."""
+        with self._lock:
+            if self._sent == len(self.results) or self.scope.cancelled:
+                return None
+            self._sent += 1
+            return self._sent - 1
+
+    def end(self, index: int, outcome: Any) -> None:
+        """Record how prompt ``index`` ended: its output or the exception its call raised."""
+        with self._lock:
+            if self.results[index] is not _PENDING:  # ended by a cancel already
+                return
+            self.results[index] = outcome
+            self._left -= 1
+            over = self._left == 0
+        if isinstance(outcome, BaseException) and is_setup_error(outcome):
+            self.scope.cancel("configuration error")
+        if over:
+            self._finish()
+
+    def wait(self, timeout: float | None) -> None:
+        """Block until the round is over; once ``timeout`` expires, cancel the scope."""
+        if not self._over.wait(timeout):
+            self._time_out(timeout)
+
+    async def wait_async(self, timeout: float | None) -> None:
+        """`wait` in a coroutine: the event loop runs on while the prompts end."""
+        loop = asyncio.get_running_loop()
+        over: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            with suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                loop.call_soon_threadsafe(_resolve, over)
+
+        with self._lock:
+            waiting = not self._over.is_set()
+            if waiting:
+                self._wakers.append(wake)
+        if not waiting:
+            return
+        try:
+            await asyncio.wait_for(over, timeout)
+        except TimeoutError:
+            self._time_out(timeout)
+
+    def close(self) -> None:
+        """Stop listening to the scope; a caller that stopped waiting early cancels it."""
+        if not self._over.is_set():
+            self.scope.cancel("the caller stopped waiting")
+        self._forget()
+
+    def _time_out(self, timeout: float | None) -> None:
+        self.timed_out = not self._over.is_set()
+        self.scope.cancel(f"timeout after {timeout}s")
+
+    def _cancel(self) -> None:
+        reason = self.scope.reason
+        with self._lock:
+            if self._left == 0:
+                return
+            self.cancelled = reason
+            for index, result in enumerate(self.results):
+                if result is _PENDING:
+                    state = "generation cancelled" if index < self._sent else "not generated"
+                    self.results[index] = GenerationCancelled(f"{state}: {reason}")
+            self._left = 0
+        self._finish()
+
+    def _finish(self) -> None:
+        with self._lock:
+            self._over.set()
+            wakers, self._wakers = self._wakers, []
+        for wake in wakers:
+            wake()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _run_in_threads(
+    llm: BaseLanguageModel,
+    prompts: list[str],
+    config: RunnableConfig | None,
+    timeout: float | None,
+    scope: CancelScope,
+) -> _Round:
+    """Invoke ``llm`` on each prompt in daemon threads, until the round is over.
+
+    LangChain's ``batch`` runs on a thread pool whose workers the interpreter joins at
+    exit, so a call abandoned on timeout would hold the process until it ends; these
+    daemon workers do not. Each worker runs in a copy of the caller's context, so
+    tracing and ``collect_runs`` see the calls, and under ``scope``, so a cancel stops
+    local generations and unsent prompts.
+    """
+    configs = get_config_list(config, len(prompts))
+    kwargs = _call_kwargs(llm, timeout)
+    round_ = _Round(len(prompts), scope)
+
+    def work() -> None:
+        with cancel_scope(scope):
+            while (index := round_.next_prompt()) is not None:
+                try:
+                    outcome = llm.invoke(prompts[index], configs[index], **kwargs)
+                except BaseException as exc:  # whatever ends a prompt, the round counts it
+                    outcome = exc
+                round_.end(index, outcome)
+
+    try:
+        for _ in range(_concurrency(config, len(prompts))):
+            context = contextvars.copy_context()
+            threading.Thread(
+                target=context.run, args=(work,), daemon=True, name="hyde-hypotheses"
+            ).start()
+        round_.wait(timeout)
+    finally:
+        round_.close()
+    return round_
+
+
+async def _run_as_tasks(
+    llm: BaseLanguageModel,
+    prompts: list[str],
+    config: RunnableConfig | None,
+    timeout: float | None,
+    scope: CancelScope,
+) -> _Round:
+    """Await ``llm`` on each prompt in asyncio tasks, until the round is over.
+
+    The tasks run under ``scope``, in copies of the caller's context; those still
+    running when the round is over are cancelled (a local generation stops, a remote
+    request is dropped).
+    """
+    configs = get_config_list(config, len(prompts))
+    kwargs = _call_kwargs(llm, timeout)
+    round_ = _Round(len(prompts), scope)
+
+    async def work() -> None:
+        while (index := round_.next_prompt()) is not None:
+            try:
+                outcome = await llm.ainvoke(prompts[index], configs[index], **kwargs)
+            except Exception as exc:
+                outcome = exc
+            except BaseException as exc:  # counted, then passed on (a cancelled task)
+                round_.end(index, exc)
+                raise
+            round_.end(index, outcome)
+
+    with cancel_scope(scope):
+        workers = [asyncio.ensure_future(work()) for _ in range(_concurrency(config, len(prompts)))]
+    try:
+        await round_.wait_async(timeout)
+    finally:
+        round_.close()
+        for worker in workers:
+            worker.cancel()
+    return round_
+
+
+def _timed_out(llm: BaseLanguageModel, prompts: list[str], timeout: float | None) -> Hypotheses:
+    reason = f"timeout after {timeout}s"
+    return Hypotheses([], prompts, fallback=_fallback(reason, llm, prompts))
+
+
+def write_hypotheses(
+    llm: BaseLanguageModel,
+    prompts: list[str],
+    *,
+    config: RunnableConfig | None = None,
+    timeout: float | None = None,
+    cache: BaseCache | None = None,
+    config_errors: ConfigErrors = "raise",
+) -> Hypotheses:
+    """Generate one passage per prompt (cache first), concurrently, within ``timeout``.
+
+    Raises `hyde_lc.models.endpoint_errors.ModelConfigurationError` (or the package's own error
+    for a broken local model) on a configuration error unless ``config_errors`` is
+    ``"fallback"``; transient failures fall back (see the module docstring).
+    """
+    keys = sample_keys(prompts)
+    llm_string = llm_identity(llm)
+    cached = [
+        _cached_text(cache.lookup(k, llm_string)) if cache is not None else None for k in keys
+    ]
+    todo = [p for p, hit in zip(prompts, cached, strict=True) if hit is None]
+    if not todo:
+        return _assemble(llm, prompts, cached, [], config_errors)
+    scope = CancelScope(parent=current_scope())
+    round_ = _run_in_threads(_uncached(llm), todo, config, timeout, scope)
+    if round_.timed_out:
+        return _timed_out(llm, prompts, timeout)
+    if cache is not None:
+        for key, generations in _to_cache(keys, cached, round_.results):
+            cache.update(key, llm_string, generations)
+    return _assemble(llm, prompts, cached, round_.results, config_errors, round_.cancelled)
+
+
+async def awrite_hypotheses(
+    llm: BaseLanguageModel,
+    prompts: list[str],
+    *,
+    config: RunnableConfig | None = None,
+    timeout: float | None = None,
+    cache: BaseCache | None = None,
+    config_errors: ConfigErrors = "raise",
+) -> Hypotheses:
+    """Async `write_hypotheses`: the N generations are awaited together."""
+    keys = sample_keys(prompts)
+    llm_string = llm_identity(llm)
+    cached = [
+        _cached_text(await cache.alookup(k, llm_string)) if cache is not None else None
+        for k in keys
+    ]
+    todo = [p for p, hit in zip(prompts, cached, strict=True) if hit is None]
+    if not todo:
+        return _assemble(llm, prompts, cached, [], config_errors)
+    scope = CancelScope(parent=current_scope())
+    round_ = await _run_as_tasks(_uncached(llm), todo, config, timeout, scope)
+    if round_.timed_out:
+        return _timed_out(llm, prompts, timeout)
+    if cache is not None:
+        for key, generations in _to_cache(keys, cached, round_.results):
+            await cache.aupdate(key, llm_string, generations)
+    return _assemble(llm, prompts, cached, round_.results, config_errors, round_.cancelled)
+
+
+def _cached_text(generations: Any) -> str | None:
+    if not generations:
+        return None
+    return str(generations[0].text)

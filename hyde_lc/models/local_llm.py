@@ -1,0 +1,630 @@
+"""`LocalChatModel`: a LangChain chat model over llama.cpp, in-process, on the CPU.
+
+It runs llama.cpp's own server engine through ``xllamacpp`` (a prebuilt CPU wheel), so
+it needs no compiler and no network. Unlike
+``langchain_community.chat_models.ChatLlamaCpp`` it reports token usage
+(``usage_metadata``) exactly as remote chat models do, which per-stage accounting needs.
+
+One engine is loaded per GGUF file and shared by every `LocalChatModel` that uses it:
+the hypothesis model (temperature 0.7) and the answer model (temperature 0) over the
+same weights cost one load and one copy in memory. Temperature, seed and length are
+per request. Concurrent sampled calls (``batch``, ``abatch``, async HyDE hypotheses) are
+decoded together by llama.cpp's continuous batching, up to ``parallel`` at once; further
+calls wait for a free slot.
+
+Greedy calls (temperature 0) and seeded ones are reproducible: the same request gives
+the same text every time in a process, whatever ran before it or beside it. llama.cpp's
+CPU kernels do not compute a token to the same bits in batches of different sizes, and
+at a near tie between two tokens that difference picks the other one, so such a call
+takes the one path that does not depend on history: its prompt is evaluated from the
+start (llama.cpp's prompt cache, which would evaluate only the part after a prefix left
+by an earlier request, is off for it), and it runs alone in the engine (a batch shared
+with other requests would change its numbers too). Concurrent greedy calls therefore run
+one after another; sampled calls without a seed keep the prompt cache and the batching.
+`LocalChatModel.warm_up` loads the weights and runs them once, for timings that must
+not include loading.
+
+Every request can be stopped: it is streamed token by token, and it ends within one
+decoding step when the caller stops reading, when its awaiting task is cancelled, or
+when the `hyde_lc.core.cancellation.CancelScope` it runs under is cancelled (what
+`hyde_lc.hyde.hypotheses.write_hypotheses` does on timeout). A stopped request frees its slot
+at once, so the next call (the answer, say) never queues behind abandoned work.
+
+The context window is ``context_size`` tokens per request (prompt plus output), 4,096 by
+default or ``HYDE_LC_N_CTX``. The engine also listens on a random 127.0.0.1 port, guarded
+by a random API key; it is used only to count tokens with the model's own tokenizer.
+
+Example:
+    >>> from hyde_lc import load_llm
+    >>> llm = load_llm("local:smollm2-135m", temperature=0.0, max_tokens=32)  # doctest: +SKIP
+    >>> llm.invoke("Name a colour.").usage_metadata["output_tokens"] > 0  # doctest: +SKIP
+    True
+
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import json
+import math
+import os
+import queue
+import re
+import secrets
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+)
+from langchain_core.messages.ai import UsageMetadata
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables.config import run_in_executor
+from pydantic import Field
+
+from hyde_lc.core.cancellation import CancelScope, GenerationCancelled, cancel_scope, current_scope
+from hyde_lc.core.settings import env_int, threads_setting
+from hyde_lc.errors import (
+    HydeLcError,
+    MissingDependencyError,
+    ModelFileError,
+)
+
+N_CTX_ENV = "HYDE_LC_N_CTX"
+"""Environment variable with the default context window of local models, in tokens."""
+DEFAULT_CONTEXT_SIZE = 4096
+_POLL_S = 0.05  # how often a waiting request looks at its cancellation flag
+_DONE = object()
+_EXIT_WAIT_S = 30.0
+_WARM_UP_TOKENS = 512  # llama.cpp's micro-batch: the first one this large is slow too
+
+
+class _InFlight:
+    """Engine calls under way, so that the interpreter can stop them before it exits.
+
+    llama.cpp hands each token to Python through a callback that needs the GIL. A call
+    still running while the interpreter finalises would take the GIL in a dying thread,
+    which aborts the process ("FATAL: exception not rethrown"). At exit every call is
+    told to stop, and the exit waits (one decoding step, at most ``_EXIT_WAIT_S``) until
+    none is left inside the engine.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.closing = threading.Event()
+        self.changed = threading.Condition()
+
+    def enter(self) -> None:
+        with self.changed:
+            self.count += 1
+
+    def leave(self) -> None:
+        with self.changed:
+            self.count -= 1
+            self.changed.notify_all()
+
+    def stop_all(self, timeout: float = _EXIT_WAIT_S) -> bool:
+        """Stop every call and wait until none is inside the engine; False on timeout."""
+        self.closing.set()
+        with self.changed:
+            return self.changed.wait_for(lambda: self.count == 0, timeout)
+
+
+_IN_FLIGHT = _InFlight()
+atexit.register(_IN_FLIGHT.stop_all)
+
+
+class ContextWindowError(HydeLcError):
+    """A request that does not fit the local model's context window."""
+
+
+MAX_CONTEXT_SIZE = 131_072
+"""The largest ``HYDE_LC_N_CTX``: 128K tokens, beyond any embedded model's trained window
+(32K for Qwen2.5-Coder); memory grows with it (100 million tokens took over 20 GB)."""
+
+
+def _default_threads() -> int:
+    """``HYDE_LC_THREADS`` (1 to 256; 0 or unset: one per core)."""
+    return threads_setting() or max(1, os.cpu_count() or 1)
+
+
+def default_context_size() -> int:
+    """``HYDE_LC_N_CTX`` if set (256 to `MAX_CONTEXT_SIZE` tokens), else 4,096."""
+    return env_int(
+        N_CTX_ENV,
+        DEFAULT_CONTEXT_SIZE,
+        low=256,
+        high=MAX_CONTEXT_SIZE,
+        what="tokens of context window per request",
+        example=8192,
+    )
+
+
+def estimate_tokens(text: str) -> int:
+    """A conservative token count without a tokenizer: one token per 3 bytes of UTF-8.
+
+    English runs about 4 characters per token with the usual tokenizers, so this
+    overestimates it; one character of Chinese (3 bytes) counts as one token.
+    """
+    return math.ceil(len(text.encode("utf-8")) / 3)
+
+
+class _Slots:
+    """Who may decode in one engine: up to ``parallel`` requests together, or one alone.
+
+    A reproducible request (greedy or seeded) is decoded alone, since the requests batched
+    with it would change its numbers (see the module docstring). It waits until the engine
+    is empty, and while it waits no other request is let in, so a stream of sampled
+    requests cannot starve it.
+    """
+
+    def __init__(self, parallel: int) -> None:
+        self.parallel = parallel
+        self.busy = 0
+        self.alone = False
+        self.waiting_alone = 0
+        self.changed = threading.Condition()
+
+    def _free(self, alone: bool) -> bool:
+        if self.alone:
+            return False
+        if alone:
+            return self.busy == 0
+        return self.busy < self.parallel and self.waiting_alone == 0
+
+    def acquire(self, *, alone: bool, stopped: Callable[[], bool]) -> bool:
+        """Wait for a place; False if ``stopped()`` turns true first (looked at every 50 ms)."""
+        with self.changed:
+            self.waiting_alone += int(alone)
+            try:
+                while not self.changed.wait_for(lambda: self._free(alone), _POLL_S):
+                    if stopped():
+                        return False
+                self.busy += 1
+                self.alone = alone
+                return True
+            finally:
+                self.waiting_alone -= int(alone)
+                self.changed.notify_all()  # a request that stops waiting may let others in
+
+    def release(self) -> None:
+        """Give the place back."""
+        with self.changed:
+            self.busy -= 1
+            self.alone = False
+            self.changed.notify_all()
+
+
+def _reproducible(request: dict[str, Any]) -> bool:
+    """Whether ``request`` must give the same text every time: greedy, or seeded."""
+    temperature = request.get("temperature")
+    greedy = temperature is not None and float(temperature) <= 0
+    return greedy or request.get("seed") is not None
+
+
+@dataclass
+class _Engine:
+    """One loaded model: the llama.cpp server, its slots and its private loopback address."""
+
+    server: Any
+    slots: _Slots
+    address: str
+    api_key: str
+    warm: bool = False
+    """Whether `LocalChatModel.warm_up` ran on it."""
+    warming: threading.Lock = field(default_factory=threading.Lock)
+
+    def post(self, path: str, body: dict[str, Any], timeout: float = 30.0) -> Any:
+        """POST to the engine's own loopback HTTP server (tokenizer endpoints)."""
+        if not self.address.startswith("http://127.0.0.1:"):
+            raise OSError("the llama.cpp engine has no loopback address")
+        request = urllib.request.Request(
+            self.address + path,
+            data=json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self.api_key}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())
+
+    def metrics(self) -> dict[str, float]:
+        """llama.cpp's counters and gauges (``requests_processing``, ``n_decode_total``...)."""
+        text = str(self.server.handle_metrics())
+        return {k: float(v) for k, v in re.findall(r"^llamacpp:(\w+) (\S+)$", text, re.M)}
+
+
+_ENGINES: dict[tuple[str, int, int, int, int], _Engine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def _engine(model_path: str, context_size: int, parallel: int, threads: int, poll: int) -> _Engine:
+    """The shared llama.cpp engine for these settings, loaded on first use."""
+    key = (model_path, context_size, parallel, threads, poll)
+    with _ENGINES_LOCK:
+        if key not in _ENGINES:
+            try:
+                import xllamacpp
+            except ImportError as exc:
+                raise MissingDependencyError(
+                    "local chat models", 'pip install "hyde-lc[local]"'
+                ) from exc
+            params = xllamacpp.CommonParams()
+            params.model.path = model_path
+            # llama.cpp splits n_ctx across the parallel slots.
+            params.n_ctx = context_size * parallel
+            params.n_parallel = parallel
+            params.cpuparams.n_threads = threads
+            params.cpuparams_batch.n_threads = threads
+            params.cpuparams.poll = poll
+            params.cpuparams_batch.poll = poll
+            params.verbosity = -1
+            params.warmup = False
+            params.endpoint_metrics = True  # busy slots, decoded tokens (read in-process)
+            # The engine always serves HTTP on a random loopback port; a random key keeps
+            # other local users off it.
+            api_key = secrets.token_urlsafe(24)
+            params.api_keys = [api_key]
+            try:
+                server = xllamacpp.Server(params)
+            except RuntimeError as exc:
+                raise ModelFileError(
+                    f"llama.cpp could not load {model_path} ({exc}): is it a valid GGUF "
+                    "chat model file?"
+                ) from exc
+            _ENGINES[key] = _Engine(
+                server=server,
+                slots=_Slots(parallel),
+                address=str(server.listening_address or ""),
+                api_key=api_key,
+            )
+        return _ENGINES[key]
+
+
+def _role(message: BaseMessage) -> str:
+    if isinstance(message, SystemMessage):
+        return "system"
+    if isinstance(message, HumanMessage):
+        return "user"
+    if isinstance(message, AIMessage):
+        return "assistant"
+    if isinstance(message, ChatMessage):
+        return message.role
+    raise HydeLcError(f"LocalChatModel cannot send a {type(message).__name__}; use text messages")
+
+
+def _usage(usage: dict[str, Any] | None) -> UsageMetadata | None:
+    if not usage:
+        return None
+    return UsageMetadata(
+        input_tokens=int(usage.get("prompt_tokens", 0)),
+        output_tokens=int(usage.get("completion_tokens", 0)),
+        total_tokens=int(usage.get("total_tokens", 0)),
+    )
+
+
+PENALTIES = ("repeat_penalty", "frequency_penalty", "dry_multiplier", "dry_penalty_last_n")
+"""Sampling penalties sent to llama.cpp only when set (its own defaults: all off)."""
+
+
+class LocalChatModel(BaseChatModel):
+    """Chat model over a local GGUF file, run in-process by llama.cpp on the CPU.
+
+    Example:
+        >>> from hyde_lc.models.local_llm import LocalChatModel
+        >>> llm = LocalChatModel(model_path="/models/any.gguf", temperature=0.7)  # doctest: +SKIP
+        >>> msg = llm.invoke("Write one sentence about tides.")  # doctest: +SKIP
+        >>> msg.usage_metadata  # doctest: +SKIP
+        {'input_tokens': 34, 'output_tokens': 21, 'total_tokens': 55}
+
+    """
+
+    model_path: str
+    """Path of the GGUF weights file."""
+    model_name: str = ""
+    """Name reported in ``response_metadata`` and traces (defaults to the file name)."""
+    temperature: float = 0.7
+    """Sampling temperature; 0 is greedy and deterministic."""
+    max_tokens: int = 512
+    """Upper bound on generated tokens per call."""
+    top_p: float = 0.95
+    """Nucleus sampling threshold."""
+    seed: int | None = None
+    """Sampling seed; None draws a fresh one per call (so repeated calls differ)."""
+    stop: list[str] | None = None
+    """Stop sequences applied to every call."""
+    repeat_penalty: float | None = None
+    """llama.cpp's penalty on tokens seen in the last 64 (1.0 or None: off, its default)."""
+    frequency_penalty: float | None = None
+    """OpenAI-style penalty growing with a token's count so far (0 or None: off)."""
+    dry_multiplier: float | None = Field(default=None, ge=0)
+    """llama.cpp's DRY sampler ("don't repeat yourself"): a token that would extend a
+    sequence already seen (past 2 tokens) is penalised by this times 1.75 to the power of
+    the extra length, so verbatim loops die out while single words may recur (0 or None:
+    off). It also weighs sequences in the prompt: see `dry_penalty_last_n`."""
+    dry_penalty_last_n: int | None = Field(default=None, ge=-1)
+    """Tokens DRY looks back over (-1: the whole context, llama.cpp's default; 0: off)."""
+    context_size: int = Field(default_factory=default_context_size)
+    """Context window per concurrent request (prompt plus output), in tokens
+    (``HYDE_LC_N_CTX`` or 4,096). Memory grows with ``context_size * parallel``."""
+    parallel: int = 4
+    """Requests decoded together by continuous batching."""
+    threads: int = Field(default_factory=_default_threads)
+    """CPU threads (``HYDE_LC_THREADS`` or all cores)."""
+    poll: int = 50
+    """llama.cpp busy-wait level between steps (0-100, its default 50). Spinning is fastest
+    on an idle machine; on a busy one, prefer ``threads=1`` (benchmarks/llm_threads.py)."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "hyde-lc-llamacpp"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        # These make up the hypothesis cache's key: adding one invalidates every cache.
+        return {
+            "model_name": self.resolved_model_name,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+        }
+
+    @property
+    def resolved_model_name(self) -> str:
+        """The reported model name."""
+        return self.model_name or os.path.basename(self.model_path)
+
+    def _request(self, messages: list[BaseMessage], stop: list[str] | None, **kwargs: Any) -> dict:
+        request: dict[str, Any] = {
+            "messages": [{"role": _role(m), "content": m.text} for m in messages],
+            "temperature": kwargs.get("temperature", self.temperature),
+            "top_p": kwargs.get("top_p", self.top_p),
+            "max_tokens": kwargs.get("max_tokens", self.max_tokens),
+        }
+        seed = kwargs.get("seed", self.seed)
+        if seed is not None:
+            request["seed"] = seed
+        for key in PENALTIES:
+            value = kwargs.get(key, getattr(self, key))
+            if value is not None:
+                request[key] = value
+        stops = stop or self.stop
+        if stops:
+            request["stop"] = list(stops)
+        return request
+
+    def _engine(self) -> _Engine:
+        if not os.path.isfile(self.model_path):
+            raise ModelFileError(f"model file not found: {self.model_path}")
+        return _engine(self.model_path, self.context_size, self.parallel, self.threads, self.poll)
+
+    def engine_metrics(self) -> dict[str, float]:
+        """The engine's llama.cpp metrics.
+
+        ``requests_processing`` (busy slots), ``tokens_predicted_total``,
+        ``n_decode_total``, ...
+        """
+        return self._engine().metrics()
+
+    def warm_up(self) -> float:
+        """Load the weights and run them once; the seconds it took (about 0 the next time).
+
+        The engine loads on first use, and its first requests run several times slower
+        than later ones: the weights are read from disk as the first request runs through
+        them, and the first full batch of prompt tokens is slow too. Warming decodes one
+        token after a prompt of one full batch (512 tokens, at most half the window).
+        Call it before timing anything that must not include loading; models sharing an
+        engine (the hypothesis and answer roles over one file) warm it once.
+        """
+        start = time.perf_counter()
+        engine = self._engine()
+        with engine.warming:
+            if not engine.warm:
+                words = min(_WARM_UP_TOKENS, self.context_size // 2)
+                prompt: list[BaseMessage] = [HumanMessage(" ".join(["Hello"] * words))]
+                for _ in self._events(self._request(prompt, None, max_tokens=1, temperature=0)):
+                    pass
+                engine.warm = True
+        return time.perf_counter() - start
+
+    # -- token counting ----------------------------------------------------------------
+
+    def get_num_tokens(self, text: str) -> int:
+        """Tokens of ``text`` with the model's own tokenizer (an estimate if unavailable)."""
+        try:
+            return len(self._engine().post("/tokenize", {"content": text})["tokens"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return estimate_tokens(text)
+
+    def get_num_tokens_from_messages(
+        self, messages: list[BaseMessage], tools: Sequence[Any] | None = None
+    ) -> int:
+        """Prompt tokens of ``messages`` after the model's chat template, exactly."""
+        body = {"messages": self._request(messages, None)["messages"]}
+        try:
+            return int(
+                self._engine().post("/v1/chat/completions/input_tokens", body)["input_tokens"]
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return sum(estimate_tokens(m.text) + 8 for m in messages) + 16
+
+    # -- generation --------------------------------------------------------------------
+
+    def _fail(self, error: Any) -> HydeLcError:
+        if isinstance(error, dict) and error.get("type") == "exceed_context_size_error":
+            return ContextWindowError(
+                f"the request to {self.resolved_model_name} ({error.get('n_prompt_tokens')} "
+                f"tokens) does not fit its context window ({error.get('n_ctx')} tokens per "
+                f"request): shorten the input, or raise the window with {N_CTX_ENV}=8192 or "
+                "load_llm(..., context_size=8192)"
+            )
+        message = error.get("message", error) if isinstance(error, dict) else error
+        return HydeLcError(f"llama.cpp failed on {self.resolved_model_name}: {message}")
+
+    def _events(self, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """Stream the engine's chunks for ``request``; stoppable (see the module docstring).
+
+        llama.cpp streams through a callback on the calling thread, and stops a request
+        when that callback returns True. A worker thread runs the request and a queue
+        hands the chunks over, so the consumer can give up at any time.
+        """
+        alone = _reproducible(request)
+        request = {
+            **request,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "cache_prompt": not alone,  # a reused prefix changes a greedy request's numbers
+        }
+        engine = self._engine()
+        scope = current_scope()
+        abandoned = threading.Event()
+
+        def stopped() -> bool:
+            return (
+                abandoned.is_set()
+                or _IN_FLIGHT.closing.is_set()
+                or (scope is not None and scope.cancelled)
+            )
+
+        def cancelled() -> GenerationCancelled:
+            reason = "abandoned by its caller"
+            if scope is not None and scope.cancelled:
+                reason = str(scope.reason)
+            elif _IN_FLIGHT.closing.is_set():
+                reason = "the interpreter is exiting"
+            return GenerationCancelled(f"generation cancelled: {reason}")
+
+        # Wait for a free slot here rather than in llama.cpp's queue: a waiting request can
+        # then be dropped without ever reaching the engine.
+        if not engine.slots.acquire(alone=alone, stopped=stopped):
+            raise cancelled()
+        if stopped():
+            engine.slots.release()
+            raise cancelled()
+        items: queue.Queue[Any] = queue.Queue()
+
+        def on_chunk(chunk: Any) -> bool:
+            items.put(chunk)
+            return stopped()  # True makes llama.cpp cancel the request
+
+        def work() -> None:
+            try:
+                engine.server.handle_chat_completions(request, on_chunk)
+            except BaseException as exc:  # handed to the consumer below
+                items.put(exc)
+            finally:
+                engine.slots.release()
+                _IN_FLIGHT.leave()
+                items.put(_DONE)
+
+        _IN_FLIGHT.enter()
+        try:
+            threading.Thread(target=work, daemon=True, name="hyde-lc-llamacpp").start()
+        except BaseException:
+            _IN_FLIGHT.leave()
+            engine.slots.release()
+            raise
+        try:
+            while True:
+                try:
+                    item = items.get(timeout=_POLL_S)
+                except queue.Empty:
+                    if stopped():
+                        raise cancelled() from None
+                    continue
+                if item is _DONE:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                if isinstance(item, dict) and "error" in item:
+                    raise self._fail(item["error"])
+                if stopped():
+                    raise cancelled()
+                yield item
+        finally:
+            abandoned.set()  # a consumer that stops early stops the engine too
+
+    def _chunks(self, request: dict[str, Any]) -> Iterator[ChatGenerationChunk]:
+        for item in self._events(request):
+            text = ""
+            metadata: dict[str, Any] = {}
+            if item.get("choices"):
+                choice = item["choices"][0]
+                text = choice.get("delta", {}).get("content") or ""
+                if choice.get("finish_reason"):
+                    metadata = {
+                        "finish_reason": choice["finish_reason"],
+                        "model_name": self.resolved_model_name,
+                    }
+            if item.get("timings"):
+                metadata["timings"] = item["timings"]
+            usage = _usage(item.get("usage"))
+            if not text and not usage and not metadata:
+                continue
+            yield ChatGenerationChunk(
+                message=AIMessageChunk(
+                    content=text, usage_metadata=usage, response_metadata=metadata
+                )
+            )
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        parts: list[str] = []
+        usage: UsageMetadata | None = None
+        metadata: dict[str, Any] = {"model_name": self.resolved_model_name}
+        for chunk in self._chunks(self._request(messages, stop, **kwargs)):
+            parts.append(chunk.text)
+            usage = chunk.message.usage_metadata or usage  # type: ignore[attr-defined]
+            metadata.update(chunk.message.response_metadata)
+        metadata.setdefault("finish_reason", None)
+        metadata.setdefault("timings", {})
+        message = AIMessage(
+            content="".join(parts), usage_metadata=usage, response_metadata=metadata
+        )
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        # A cancelled awaiting task (asyncio.wait_for, TaskGroup...) stops the request.
+        scope = CancelScope(parent=current_scope())
+
+        def generate() -> ChatResult:
+            with cancel_scope(scope):
+                return self._generate(messages, stop, None, **kwargs)
+
+        try:
+            return await run_in_executor(None, generate)
+        except asyncio.CancelledError:
+            scope.cancel("the awaiting task was cancelled")
+            raise
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        for chunk in self._chunks(self._request(messages, stop, **kwargs)):
+            if run_manager and chunk.text:
+                run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+            yield chunk

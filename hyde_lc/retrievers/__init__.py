@@ -1,0 +1,1 @@
+"""The LangChain retrievers: `hyde.HyDERetriever` and `neighbors.NeighborExpandingRetriever`."""

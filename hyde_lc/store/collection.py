@@ -1,0 +1,1111 @@
+"""One hybrid collection: a Chroma collection and its BM25 index, written through one door.
+
+Every write to a hyde_lc collection (ingestion, replacing or removing a document, and
+LangChain's ``add_texts`` / ``add_documents`` / ``update_documents`` / ``delete`` on
+`hyde_lc.store.chroma.HydeChroma`) goes through `HybridCollection.writing`, which:
+
+* holds one lock per collection (a file lock beside an embedded store, so other
+  processes wait; a process-wide lock for a Chroma server, whose collections take one
+  writer at a time);
+* stamps every chunk it writes with the write's *sequence number* (``hyde_lc_seq`` in the
+  chunk's metadata) and logs every chunk it deletes, with that number, in a small
+  companion collection (`feed_name`). The collection's metadata records the last
+  finished write (``hyde_lc_head``). Together they are a change feed kept in Chroma
+  itself: any client reads what changed since the write its index last saw;
+* updates the lexical index at once from the write's own texts (no rebuild, no re-read).
+
+Reading needs no repair in the normal case. A search reads the collection's state (the
+head and the versions being written) at most once per `REFRESH_INTERVAL_S` seconds
+(``HYDE_LC_REFRESH_INTERVAL``), and this process's own writes refresh it at once; a
+warm hybrid search then costs two Chroma calls, the dense query and one read of the
+winners' texts. When the head has moved past the index's cursor (another client
+wrote), the index catches up by reading only the chunks and deletions logged since; an
+index that is missing, damaged, of another layout, or whose collection changed outside
+hyde_lc (the chunk count, read every `COUNT_CHECK_S` seconds, disagrees while no write is
+under way) is rebuilt in a new folder beside the old one and switched to in one rename,
+so a query never meets an empty or half-built index. A document being written in parts
+(its `hyde_lc.store.chroma.DOC_VERSION` listed as pending) is never returned until it is whole:
+a winner written after the state a search used makes it read the state again.
+
+A change made outside hyde_lc that keeps the count (another program deleting one chunk and
+adding another with chromadb, or rewriting a chunk's text in place) is found by the
+*audit*: every `AUDIT_INTERVAL_S` seconds (``HYDE_LC_AUDIT_INTERVAL``; the time of the last
+one is kept with the index, so short-lived processes share it), a background thread
+compares the fingerprint of every chunk in Chroma with the index's
+(`hyde_lc.search.lexical.chunk_digest`) and indexes just the difference. Searches go on meanwhile.
+
+A writer killed mid-write leaves chunks stamped past the head, or deletions logged and
+not done: the next writer rolls that write forward (finishes the deletions, takes a
+sequence number past it). Until then, readers of a store folder index what it wrote at
+their next count check (the lock tells them no write is under way); readers of a server
+at the next write.
+
+Example:
+    >>> from hyde_lc import open_store
+    >>> store = open_store()  # doctest: +SKIP
+    >>> with HybridCollection.of(store).writing() as write:  # doctest: +SKIP
+    ...     write.delete(["chunk-id"])
+
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import threading
+import time
+import uuid
+import weakref
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from langchain_core.documents import Document
+
+from hyde_lc.core.locks import file_lock, is_locked
+from hyde_lc.core.settings import env_float
+from hyde_lc.errors import InvalidSettingError
+from hyde_lc.search.lexical import LexicalIndex, LexicalSearch, chunk_digest, read_state
+from hyde_lc.store import chroma as chroma
+from hyde_lc.store import disk_space as disk_space
+
+logger = logging.getLogger(__name__)
+
+COUNT_CHECK_S = 30.0
+"""How often (seconds) a state read also counts the chunks, to catch a collection changed
+outside hyde_lc (one more Chroma call; it grows with the collection)."""
+REFRESH_ENV = "HYDE_LC_REFRESH_INTERVAL"
+REFRESH_INTERVAL_S = 1.0
+"""How old (seconds) a search may take the collection's state to be: another client's
+write reaches this process's searches within it; this process's own writes at once."""
+AUDIT_ENV = "HYDE_LC_AUDIT_INTERVAL"
+AUDIT_INTERVAL_S = 600.0
+"""How often (seconds) the index's contents are compared with the collection's in the
+background (`HybridCollection.audit`): the longest a change made outside hyde_lc that keeps
+the chunk count goes unseen by the lexical side."""
+AUDIT_MAX_CHANGES = 20_000
+"""An audit that finds more chunks changed than this rebuilds the index instead (the texts
+it would hold to apply them are bounded by this)."""
+CURRENT_FILE = "CURRENT"
+"""In an index's base folder: the name of the index folder in use."""
+_PAGE = 1000
+SEQ_KEY = chroma.SEQ
+
+
+def refresh_interval() -> float:
+    """`REFRESH_INTERVAL_S`, or ``$HYDE_LC_REFRESH_INTERVAL`` (seconds, 0 = every search)."""
+    return env_float(
+        REFRESH_ENV,
+        REFRESH_INTERVAL_S,
+        low=0,
+        high=3600,
+        what="seconds: how old the collection's state a search may use; 0 reads it for "
+        "every search",
+    )
+
+
+def audit_interval() -> float:
+    """`AUDIT_INTERVAL_S`, or ``$HYDE_LC_AUDIT_INTERVAL`` (seconds; 0 turns the audit off)."""
+    return env_float(
+        AUDIT_ENV,
+        AUDIT_INTERVAL_S,
+        low=0,
+        high=7 * 86400,
+        what="seconds between background comparisons of the lexical index with its "
+        "collection; 0 turns them off",
+    )
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """What one `HybridCollection.audit` found and did."""
+
+    checked: int
+    """Chunks compared (the collection's, pending versions included)."""
+    indexed: list[str]
+    """Chunks (re)indexed: missing from the index, or held with other text or metadata."""
+    removed: list[str]
+    """Chunks the index held that the collection no longer has."""
+    rebuilt: bool = False
+    """Whether so much had changed that the index was rebuilt instead."""
+
+    @property
+    def changed(self) -> bool:
+        """Whether the index differed from the collection."""
+        return bool(self.indexed or self.removed or self.rebuilt)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The collection's state as read at ``read_at`` (``time.monotonic()``)."""
+
+    head: int
+    """The last finished write's sequence number (0: none recorded)."""
+    pending: tuple[str, ...]
+    """Document versions being written in parts or removed: searches leave them out."""
+    writing: int | None
+    count: int
+    """Chunks the collection held (visible or not); -1 when not read this time."""
+    read_at: float
+
+
+class Write:
+    """One write to a hybrid collection (see `HybridCollection.writing`).
+
+    Every method is one or a few Chroma calls; the lexical index takes the changes when
+    the write ends.
+    """
+
+    def __init__(self, owner: HybridCollection, seq: int) -> None:
+        self.owner = owner
+        self.seq = seq
+        self.new_collection = owner.chroma_collection() is None
+        """Whether the collection is created by this write (its index starts empty)."""
+        self.index_failed = False
+        """Whether the lexical index failed to take one of its changes (rebuilt at the end)."""
+        self.touched = False
+        """Whether the write changed anything (only then does the head move)."""
+        self._chroma: Any = None
+
+    def _begin(self) -> None:
+        """Before the write's first change: mark it under way in the collection's metadata.
+
+        The mark goes when the head moves to this write; a mark left behind with no writer
+        holding the lock tells readers of a store folder that a writer was killed.
+        """
+        if not self.touched:
+            self.collection  # noqa: B018 - created (model recorded) before the mark
+            chroma.set_metadata_value(self.owner.store, chroma.META_WRITING, self.seq)
+            self.touched = True
+
+    @property
+    def collection(self) -> Any:
+        """The chromadb collection written (created, model recorded, by the first write)."""
+        if self._chroma is None:
+            self._chroma = self.owner.chroma_collection(create=True)
+        return self._chroma
+
+    def upsert(
+        self,
+        ids: Sequence[str],
+        vectors: Any,
+        metadatas: Sequence[dict[str, Any] | None],
+        documents: Sequence[str],
+    ) -> None:
+        """Write records in one Chroma call (one transaction): all of them or none."""
+        self._put("upsert", ids, vectors, metadatas, documents)
+
+    def update(
+        self,
+        ids: Sequence[str],
+        vectors: Any,
+        metadatas: Sequence[dict[str, Any] | None],
+        documents: Sequence[str],
+    ) -> None:
+        """Change existing records (Chroma's ``update``) in one call."""
+        self._put("update", ids, vectors, metadatas, documents)
+
+    def _put(
+        self,
+        how: str,
+        ids: Sequence[str],
+        vectors: Any,
+        metadatas: Sequence[dict[str, Any] | None],
+        documents: Sequence[str],
+    ) -> None:
+        stamped = [{**(meta or {}), chroma.SEQ: self.seq} for meta in metadatas]
+        folder = chroma.store_folder(self.owner.store)
+        dimension = len(vectors[0]) if len(vectors) else 0
+        disk_space.check_room(folder, len(ids), dimension, documents, stamped)
+        self._begin()
+        ids = [str(i) for i in ids]
+        before = self.collection.get(ids=ids, include=["embeddings", "metadatas", "documents"])
+        try:
+            getattr(self.collection, how)(
+                ids=ids, embeddings=vectors, metadatas=stamped, documents=list(documents)
+            )
+        except Exception as exc:
+            undone = self._undo(ids, stamped, before)
+            raise disk_space.as_no_space(exc, folder, undone) or exc from exc
+        self.owner.index_now(list(zip(ids, documents, stamped, strict=True)), (), self)
+
+    def _undo(self, ids: list[str], written: list[dict[str, Any]], before: Any) -> bool:
+        """Cancel a Chroma call that failed; whether the cancellation is logged.
+
+        Chroma may have logged the call before failing (a full disk failing the apply
+        step), and then applies it later, at the next open of the folder once there is
+        room: the records it would have created are deleted, and those it would have
+        replaced written back (``before``), in a call logged after it.
+        """
+        old = dict(
+            zip(
+                before["ids"],
+                zip(
+                    before["embeddings"] if before["embeddings"] is not None else [],
+                    before["metadatas"] or [],
+                    before["documents"] or [],
+                    strict=True,
+                ),
+                strict=True,
+            )
+        )
+        new = [i for i in ids if i not in old]
+        try:
+            if new:
+                self.collection.delete(ids=new)
+            if old:
+                keys = {i: set(meta) for i, meta in zip(ids, written, strict=True)}
+                self.collection.upsert(  # Chroma merges metadata: keys added are dropped
+                    ids=list(old),
+                    embeddings=[vector for vector, _, _ in old.values()],
+                    metadatas=[
+                        {**dict.fromkeys(keys.get(i, set()) - set(meta or {})), **(meta or {})}
+                        for i, (_, meta, _) in old.items()
+                    ],
+                    documents=[text for _, _, text in old.values()],
+                )
+        except Exception as exc:
+            if disk_space.logged_anyway(exc):
+                return True  # logged: it takes effect whenever the failed call does
+            logger.warning("a failed write could not be undone: %s", exc)
+            return False
+        return True
+
+    def delete(self, ids: Sequence[str], batch: int | None = None) -> None:
+        """Delete records by id: logged in the feed first, then deleted."""
+        if not ids:
+            return
+        size = batch or chroma.max_write(self.owner.store)
+        for start in range(0, len(ids), size):
+            part = [str(i) for i in ids[start : start + size]]
+            self._begin()
+            self.owner.log_deletions(part, self.seq)
+            self.collection.delete(ids=part)
+            self.owner.index_now((), part, self)
+
+    def delete_where(self, where: dict[str, Any]) -> None:
+        """Delete every record matching ``where``."""
+        ids = [
+            str(i)
+            for page in chroma.iter_pages(self.owner.store, where, include=())
+            for i in page["ids"]
+        ]
+        self.delete(ids)
+
+    def set_pending(self, add: Iterable[str] = (), remove: Iterable[str] = ()) -> list[str]:
+        """Change the versions searches leave out, in one metadata write."""
+        self._begin()
+        after = chroma.set_pending(self.owner.store, add=add, remove=remove)
+        self.owner.forget_snapshot()
+        return after
+
+
+_BY_STORE: weakref.WeakKeyDictionary[Any, HybridCollection] = weakref.WeakKeyDictionary()
+_BY_STORE_LOCK = threading.Lock()
+_SERVER_LOCKS: dict[str, threading.RLock] = {}
+"""One writer at a time per server collection within this process."""
+_DAMAGED: set[str] = set()
+"""Index folders found damaged (warned once each; the rebuild replaces them)."""
+_UNWRITABLE: set[str] = set()
+"""Collections whose lexical index could not be written (warned once each)."""
+_AUDITING: set[str] = set()
+"""Collections with an audit running in this process (one at a time each)."""
+_SNAPSHOTS: dict[str, Snapshot] = {}
+"""The last state read of each collection in this process (shared by every store object
+over it, so that a write through one is seen at once through the others)."""
+
+
+class HybridCollection:
+    """A hyde_lc collection with its lexical index: the one write path, and the lexical side.
+
+    Get one with `HybridCollection.of(store)` (one per store object). See the module
+    docstring for how the two indexes stay in step.
+
+    Example:
+        >>> from hyde_lc import open_store
+        >>> store = open_store()  # doctest: +SKIP
+        >>> hybrid = HybridCollection.of(store)  # held weakly: keep the store  # doctest: +SKIP
+        >>> hybrid.search(lexical_query("Fresnel"), k=3)  # doctest: +SKIP
+
+    """
+
+    def __init__(self, store: Any) -> None:
+        self._store = weakref.ref(store)  # the store holds this object, not the reverse
+        where = chroma.store_folder(store) or chroma.server_url(store) or f"memory:{id(store)}"
+        self._key = f"{where}\0{chroma.collection_name(store)}"
+        self._base: Path | None = None
+        self._counted_at: float | None = None
+        self._audit_check_at = 0.0
+        self._refresh_lock = threading.RLock()
+        self._index: LexicalIndex | None = None
+        self._index_name: str | None = None
+
+    @property
+    def store(self) -> Any:
+        """The LangChain Chroma store this collection is written and read through."""
+        found = self._store()
+        if found is None:
+            raise RuntimeError("the store of this hybrid collection was garbage-collected")
+        return found
+
+    @classmethod
+    def of(cls, store: Any) -> HybridCollection:
+        """The hybrid collection behind ``store`` (made once per store object)."""
+        with _BY_STORE_LOCK:
+            found = _BY_STORE.get(store)
+            if found is None:
+                found = _BY_STORE[store] = cls(store)
+            return found
+
+    # -- the collection ------------------------------------------------------------------
+
+    def chroma_collection(self, create: bool = False) -> Any:
+        """The chromadb collection (None if it does not exist and ``create`` is False)."""
+        if create:
+            return chroma.prepare_write(self.store)
+        return chroma.existing_collection(self.store)
+
+    @property
+    def base(self) -> Path | None:
+        """The folder holding this collection's lexical index folders (None: no index)."""
+        if self._base is None:
+            self._base = chroma.lexical_folder(self.store)
+        return self._base
+
+    @property
+    def _snapshot(self) -> Snapshot | None:
+        return _SNAPSHOTS.get(self._key)
+
+    @_snapshot.setter
+    def _snapshot(self, value: Snapshot | None) -> None:
+        if value is None:
+            _SNAPSHOTS.pop(self._key, None)
+        else:
+            _SNAPSHOTS[self._key] = value
+
+    # -- the state ------------------------------------------------------------------------
+
+    def snapshot(self, max_age: float | None = None) -> Snapshot:
+        """The collection's state, read again if older than ``max_age`` seconds."""
+        age = refresh_interval() if max_age is None else max_age
+        current = self._snapshot
+        if current is not None and time.monotonic() - current.read_at <= age:
+            return current
+        with self._refresh_lock:  # one reader refreshes; the others wait for its result
+            current = self._snapshot
+            if current is not None and time.monotonic() - current.read_at <= age:
+                return current
+            fresh = self._read_snapshot()
+            self._after_refresh(fresh)
+            self._snapshot = fresh
+        self._audit_if_due()
+        return fresh
+
+    def forget_snapshot(self) -> None:
+        """Make the next search read the state afresh (after this process wrote)."""
+        self._snapshot = None
+
+    def _read_snapshot(self) -> Snapshot:
+        collection = self.chroma_collection()
+        if collection is None:
+            return Snapshot(0, (), None, 0, time.monotonic())
+        metadata = chroma.fresh_metadata(self.store)
+        now = time.monotonic()
+        count = -1  # not read this time
+        if self._counted_at is None or now - self._counted_at >= COUNT_CHECK_S:
+            count, self._counted_at = int(collection.count()), now
+        return Snapshot(
+            head=int(metadata.get(chroma.META_HEAD) or 0),
+            pending=tuple(chroma.pending_in(metadata)),
+            writing=_int_or_none(metadata.get(chroma.META_WRITING)),
+            count=count,
+            read_at=now,
+        )
+
+    # -- writing --------------------------------------------------------------------------
+
+    @contextmanager
+    def writing(self) -> Iterator[Write]:
+        """Be the collection's only writer while the block runs; yields the `Write`.
+
+        On the way in: the lock, this process's view of the store refreshed, and a write
+        killed earlier rolled forward. On the way out (also when the block fails: what
+        it wrote stays, and must be indexed): the head moves to this write if it changed
+        anything, then the index takes its changes (or catches up, or is built, if it
+        was behind or missing).
+        """
+        with self._write_lock():
+            latest, head = self._roll_forward()
+            write = Write(self, latest + 1)
+            write.touched = latest != head  # the head must pass the write finished here
+            try:
+                yield write
+            finally:
+                self._finish(write)
+
+    @contextmanager
+    def _write_lock(self) -> Iterator[None]:
+        folder = chroma.store_folder(self.store)
+        if folder is not None:
+            with chroma.write_lock(self.store):
+                yield
+            return
+        key = chroma.server_url(self.store) or "memory"
+        name = chroma.collection_name(self.store) or ""
+        with _BY_STORE_LOCK:
+            lock = _SERVER_LOCKS.setdefault(f"{key}/{name}", threading.RLock())
+        with lock:
+            yield
+
+    def _roll_forward(self) -> tuple[int, int]:
+        """``(last write's number, head)``, after finishing a write that was killed midway."""
+        collection = self.chroma_collection()
+        if collection is None:
+            return 0, 0
+        metadata = chroma.fresh_metadata(self.store)
+        head = int(metadata.get(chroma.META_HEAD) or 0)
+        past = {SEQ_KEY: {"$gt": head}}
+        latest = head
+        feed = self.feed(create=False)
+        if feed is not None:
+            logged = feed.get(where=past, include=["metadatas"])
+            if logged["ids"]:
+                when = {
+                    str((m or {}).get("chunk_id")): int((m or {})[SEQ_KEY])
+                    for m in logged["metadatas"] or []
+                }
+                ids = list(when)
+                step = chroma.max_write(self.store)
+                for start in range(0, len(ids), step):  # the deletions it had logged, done
+                    part = ids[start : start + step]
+                    found = collection.get(ids=part, include=["metadatas"])
+                    gone = [  # a chunk written again by that write (or later) stays
+                        i
+                        for i, meta in zip(found["ids"], found["metadatas"] or [], strict=True)
+                        if _seq(dict(meta or {})) < when[str(i)]
+                    ]
+                    if gone:
+                        collection.delete(ids=gone)
+                latest = max(latest, *when.values())
+        stray = collection.get(where=past, include=["metadatas"], limit=_PAGE)
+        for meta in stray["metadatas"] or []:
+            latest = max(latest, int((meta or {}).get(SEQ_KEY, 0)))
+        if latest != head or metadata.get(chroma.META_WRITING) is not None:
+            logger.info("finishing an interrupted write to the collection (write %d)", latest)
+            latest = max(latest, head + 1)
+        return latest, head
+
+    def _finish(self, write: Write) -> None:
+        if self.chroma_collection() is None:
+            return
+        if write.touched:
+            chroma.set_head(self.store, write.seq)
+            self.forget_snapshot()
+            if write.seq % FEED_TRIM_EVERY == 0:
+                self._trim_feed(write.seq - FEED_KEEP_WRITES)
+        if self.base is None:
+            return
+        with self._index_lock():
+            index = self._open_index()
+            if index is not None:
+                index.reload()  # another process may have caught it up meanwhile
+            cursor = index.cursor() if index is not None else None
+            if write.index_failed or index is None or cursor is None or cursor < write.seq - 1:
+                rebuild = not self._catch_up_locked()
+            else:
+                rebuild = False
+                if write.touched:
+                    index.mark(write.seq)  # its changes are in already (`index_now`)
+        if rebuild or write.index_failed:
+            self.rebuild()
+
+    def index_now(
+        self, added: Sequence[tuple[str, str, dict[str, Any]]], deleted: Sequence[str], write: Write
+    ) -> None:
+        """Put one Chroma call's changes in the lexical index at once.
+
+        Memory stays bounded (a large document's texts are never held whole); the write's
+        end records its number.
+        """
+        if self.base is None:
+            return
+        with self._index_lock():
+            index = self._open_index()
+            if index is None and write.new_collection:
+                index = self._start_empty_locked()
+            if index is not None and not write.index_failed:
+                write.index_failed = not self._apply(index, added, deleted)
+
+    def _start_empty_locked(self) -> LexicalIndex:
+        """An empty index for a collection this write creates (nothing to read back)."""
+        base = self.base
+        assert base is not None
+        _clear_other_layout(base)
+        name = f"idx-{uuid.uuid4().hex[:12]}"
+        index = LexicalIndex.create(base / name)
+        index.mark(0)
+        self._switch_locked(base, name, index)
+        return index
+
+    def _switch_locked(self, base: Path, name: str, index: LexicalIndex) -> str | None:
+        """Make ``name`` the index in use (one rename); returns the folder it replaced."""
+        old = self._current_name()
+        tmp = base / f"{CURRENT_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
+        tmp.write_text(name, encoding="utf-8")
+        os.replace(tmp, base / CURRENT_FILE)
+        self._index, self._index_name = index, name
+        return old
+
+    # -- the change feed ------------------------------------------------------------------
+
+    def _trim_feed(self, floor: int) -> None:
+        """Forget deletions logged by writes up to ``floor`` (an index older is rebuilt)."""
+        feed = self.feed(create=False)
+        if feed is None or floor <= 0:
+            return
+        chroma.set_metadata_value(self.store, META_FEED_FLOOR, floor)  # first: never a gap
+        feed.delete(where={SEQ_KEY: {"$lte": floor}})
+
+    def feed(self, create: bool) -> Any:
+        """The companion collection logging deletions (None if missing and not created)."""
+        client = chroma.client_of(self.store)
+        name = feed_name(chroma.collection_name(self.store) or "")
+        if create:
+            return client.get_or_create_collection(
+                name,
+                metadata={"hyde_lc_feed_of": chroma.collection_name(self.store)},
+                embedding_function=None,  # records carry a one-number vector; none embedded
+            )
+        try:
+            return client.get_collection(name)
+        except Exception:  # chromadb raises NotFoundError (or ValueError in some versions)
+            return None
+
+    def log_deletions(self, ids: Sequence[str], seq: int) -> None:
+        """Record that ``ids`` are deleted by write ``seq`` (before deleting them)."""
+        feed = self.feed(create=True)
+        feed.upsert(
+            ids=[f"{seq}:{i}" for i in ids],
+            embeddings=[[1.0]] * len(ids),
+            metadatas=[{SEQ_KEY: seq, "chunk_id": i} for i in ids],
+        )
+
+    def changes_since(self, cursor: int) -> tuple[list[str], list[tuple[str, str, dict]]]:
+        """Chunk ids deleted, and chunks written, after write ``cursor`` (read in pages)."""
+        past = {SEQ_KEY: {"$gt": cursor}}
+        deleted: list[str] = []
+        feed = self.feed(create=False)
+        if feed is not None:
+            for page in chroma.collection_pages(feed, past, ("metadatas",), _PAGE):
+                deleted.extend(str((m or {}).get("chunk_id")) for m in page["metadatas"] or [])
+        added = [
+            (str(i), text or "", dict(meta or {}))
+            for page in chroma.iter_pages(
+                self.store, past, ("documents", "metadatas"), page_size=_PAGE
+            )
+            for i, text, meta in zip(
+                page["ids"], page["documents"] or [], page["metadatas"] or [], strict=True
+            )
+        ]
+        deleted = list(dict.fromkeys(deleted))  # a chunk deleted by several writes
+        collection = self.chroma_collection()
+        if deleted and collection is not None:
+            # A writer killed between logging a deletion and doing it left the chunk in
+            # Chroma: it stays in the index too (the next writer deletes both).
+            step = chroma.max_write(self.store)
+            still = {
+                str(i)
+                for start in range(0, len(deleted), step)
+                for i in collection.get(ids=deleted[start : start + step], include=[])["ids"]
+            }
+            deleted = [i for i in deleted if i not in still]
+        return deleted, added
+
+    # -- the lexical index ------------------------------------------------------------------
+
+    def _lock_path(self) -> Path:
+        base = self.base
+        assert base is not None
+        return base.parent / f"{base.name}.lock"
+
+    @contextmanager
+    def _index_lock(self) -> Iterator[None]:
+        with file_lock(self._lock_path()):
+            yield
+
+    def _current_name(self) -> str | None:
+        base = self.base
+        if base is None:
+            return None
+        try:
+            name = (base / CURRENT_FILE).read_text(encoding="utf-8").strip()
+        except OSError:
+            return None
+        return name if name and read_state(base / name) is not None else None
+
+    def _open_index(self) -> LexicalIndex | None:
+        """The index in use (reopened if another process switched to a new one)."""
+        name = self._current_name()
+        if name is None:
+            self._index, self._index_name = None, None
+            return None
+        if name != self._index_name or self._index is None:
+            assert self.base is not None
+            try:
+                self._index, self._index_name = LexicalIndex.open(self.base / name), name
+            except (ValueError, OSError) as exc:  # tantivy: "Data corrupted", missing files
+                if name not in _DAMAGED:
+                    _DAMAGED.add(name)
+                    logger.warning("the lexical index %s is damaged (%s): rebuilding", name, exc)
+                self._index, self._index_name = None, None
+                return None
+        return self._index
+
+    def sync(self, max_age: float | None = None) -> LexicalIndex | None:
+        """The lexical index, brought up to the collection's head if it is behind."""
+        snap = self.snapshot(max_age)
+        # The folder in use is looked up again at each state read (`_after_refresh`).
+        index = self._index or self._open_index()
+        if index is not None and self._fresh(index, snap):
+            return index
+        if self.chroma_collection() is None or self.base is None:
+            return None
+        with self._index_lock():
+            caught_up = self._catch_up_locked(snap)
+        if not caught_up:
+            self.rebuild()
+        return self._index
+
+    def _fresh(self, index: LexicalIndex, snap: Snapshot) -> bool:
+        cursor = index.cursor()
+        return cursor is not None and cursor >= snap.head
+
+    def _after_refresh(self, snap: Snapshot) -> None:
+        """On each state read: reopen a switched index; index what a killed writer left.
+
+        The index holds every chunk of the collection (those of a write under way too),
+        so its count must equal the collection's. A write marked under way while no
+        writer holds the store's lock was killed: what it did is indexed now, as the
+        dense side already finds it. A count that still differs while no write is under
+        way means the collection was changed outside hyde_lc (a chunk added or deleted
+        by another program), and the index is rebuilt.
+        """
+        if self.base is None:
+            return
+        rebuild = False
+        with self._index_lock():  # a rebuild elsewhere may switch folders meanwhile
+            index = self._open_index()
+            if index is None:
+                return
+            index.reload()
+            cursor = index.cursor()
+            if cursor is None or cursor < snap.head:
+                return  # the search's catch-up comes next
+            differs = snap.count >= 0 and len(index) != snap.count
+            if not differs and snap.writing is None:
+                return
+            if self._write_under_way(snap.head):
+                return  # its end moves the head, and readers catch up then
+            deleted, added = self.changes_since(cursor)
+            if not self._apply(index, added, deleted):
+                rebuild = True
+            elif snap.count >= 0 and len(index) != snap.count:
+                logger.warning(
+                    "%s: the lexical index holds %d chunks and the collection %d: the "
+                    "collection was changed outside hyde_lc; rebuilding the index",
+                    chroma.collection_name(self.store),
+                    len(index),
+                    snap.count,
+                )
+                rebuild = True
+        if rebuild:
+            self.rebuild()
+
+    def _apply(
+        self, index: LexicalIndex, added: Sequence[tuple[str, str, dict]], deleted: Sequence[str]
+    ) -> bool:
+        """Apply changes; False if the index failed (damaged, e.g. by a kill mid-commit)."""
+        try:
+            index.apply(added, deleted)
+        except (ValueError, OSError) as exc:
+            logger.warning("the lexical index failed to take a change (%s): rebuilding it", exc)
+            return False
+        return True
+
+    def _write_under_way(self, head: int) -> bool:
+        """Whether a write is under way.
+
+        In a store folder the writer's lock tells (a killed writer released it). A Chroma
+        server has no such lock: a write past ``head`` that has begun counts as under way
+        until it finishes, or until the next write finishes it if it was killed.
+        """
+        folder = chroma.store_folder(self.store)
+        if folder is not None:
+            return is_locked(folder / chroma.LOCK_FILE)
+        past = {SEQ_KEY: {"$gt": head}}
+        collection = self.chroma_collection()
+        if collection is not None and collection.get(where=past, limit=1, include=[])["ids"]:
+            return True
+        feed = self.feed(create=False)
+        return feed is not None and bool(feed.get(where=past, limit=1, include=[])["ids"])
+
+    def _catch_up_locked(self, snap: Snapshot | None = None) -> bool:
+        """Under the index lock: bring the index to the head; False if it must be rebuilt."""
+        index = self._open_index()
+        if index is not None:
+            index.reload()  # another process may have caught it up meanwhile
+        metadata = chroma.fresh_metadata(self.store)
+        head = int(metadata.get(chroma.META_HEAD) or 0)
+        cursor = index.cursor() if index is not None else None
+        if index is None or cursor is None or cursor < int(metadata.get(META_FEED_FLOOR) or 0):
+            return False
+        if cursor >= head:
+            return True
+        deleted, added = self.changes_since(cursor)
+        if not self._apply(index, added, deleted):
+            return False
+        index.mark(head)
+        logger.info(
+            "lexical index of %s caught up from write %d to %d (%d written, %d deleted)",
+            chroma.collection_name(self.store),
+            cursor,
+            head,
+            len(added),
+            len(deleted),
+        )
+        return True
+
+    # -- the audit ----------------------------------------------------------------------------
+
+    def _audit_if_due(self) -> None:
+        """Start `audit` in a background thread when the last one is `audit_interval` old."""
+        interval = audit_interval()
+        now = time.monotonic()
+        if not interval or self.base is None or now < self._audit_check_at:
+            return
+        self._audit_check_at = now + min(interval, 60.0)  # the state file read at most this often
+        index = self._index
+        state = read_state(index.path) if index is not None else None
+        if state is None or time.time() - (state.audited_at or 0.0) < interval:
+            return
+        with _BY_STORE_LOCK:
+            if self._key in _AUDITING:
+                return
+            _AUDITING.add(self._key)
+        assert index is not None
+        try:
+            with self._index_lock():  # claimed: other processes wait for the next interval
+                index.mark_audited()
+        except OSError:  # an index that cannot be written: searches say so, not the audit
+            _AUDITING.discard(self._key)
+            return
+        except BaseException:
+            _AUDITING.discard(self._key)
+            raise
+        thread = threading.Thread(
+            target=self._audit_in_background, name="hyde_lc-audit", daemon=True
+        )
+        thread.start()
+
+    def _audit_in_background(self) -> None:
+        try:
+            self.audit()
+        except Exception as exc:  # a background check must never take the process down
+            if self._store() is None or sys.is_finalizing():
+                return  # the store was let go, or the program is ending: nothing to check
+            logger.warning(
+                "could not compare the lexical index of %s with its collection (%s); "
+                "the next audit tries again",
+                chroma.collection_name(self.store),
+                exc,
+            )
+        finally:
+            _AUDITING.discard(self._key)
+
+    def audit(self) -> AuditResult | None:
+        """Compare every chunk's fingerprint in Chroma with the index's; index the difference.
+
+        Finds what the change feed and the count cannot: a change made outside hyde_lc
+        that keeps the count (a chunk deleted and another added with chromadb, a text
+        rewritten in place). Costs one read of every chunk's text and metadata (in pages)
+        and no embedding; searches go on meanwhile. Changes are applied only if no write
+        began or finished while the collection was read (else None: nothing was decided,
+        and the next audit tries again). Runs by itself every `audit_interval` seconds;
+        call it to check at once.
+
+        Example:
+            >>> hybrid = HybridCollection.of(store)  # doctest: +SKIP
+            >>> hybrid.audit().changed  # doctest: +SKIP
+            False
+
+        """
+        collection = self.chroma_collection()
+        if collection is None or self.base is None:
+            return None
+        self._audit_check_at = time.monotonic() + audit_interval()  # none started meanwhile
+        index = self.sync(max_age=0)
+        quiet = self._quiet_head()
+        if index is None or quiet is None:
+            return None
+        name, cursor = self._index_name, index.cursor()
+        held = index.contents()
+        ids = [str(i) for i in collection.get(include=[])["ids"]]
+        changed: list[tuple[str, str, dict[str, Any]]] = []
+        step = _PAGE * 5
+        for start in range(0, len(ids), step):
+            got = collection.get(ids=ids[start : start + step], include=["documents", "metadatas"])
+            for id_, text, meta in zip(
+                got["ids"], got["documents"] or [], got["metadatas"] or [], strict=True
+            ):
+                chunk = (str(id_), text or "", dict(meta or {}))
+                if held.pop(chunk[0], None) != chunk_digest(chunk[1], chunk[2]):
+                    keep = len(changed) < AUDIT_MAX_CHANGES  # past it: rebuilt, ids only
+                    changed.append(chunk if keep else (chunk[0], "", {}))
+        removed = list(held)  # what the index holds and the collection no longer has
+        result = AuditResult(len(ids), [c[0] for c in changed], removed)
+        many = len(changed) + len(removed) > AUDIT_MAX_CHANGES
+        with self._index_lock():
+            if self._open_index() is not index or self._index_name != name:
+                return None  # switched to a rebuilt index meanwhile
+            index.reload()
+            if self._quiet_head() != quiet or index.cursor() != cursor:
+                return None  # a write came meanwhile: its own changes keep the index right
+            if not result.changed:
+                index.mark_audited()
+                return result
+            if not many and not self._apply(index, changed, removed):
+                many = True
+            if not many:
+                index.mark_audited()
+        logger.warning(
+            "%s: %d chunks were added or changed and %d deleted outside hyde_lc (with "
+            "chromadb directly?); the lexical index %s",
+            chroma.collection_name(self.store),
+            len(changed),
+            len(removed),
+            "is rebuilt" if many else "took them",
+        )
+        if many:
+            self.rebuild()
+            return AuditResult(len(ids), result.indexed, result.removed, rebuilt=True)
+        self.forget_snapshot()
+        return result
+
+    def _quiet_head(self) -> int | None:
+        """The head, or None while a write is under way (marked, or past the head)."""
+        metadata = chroma.fresh_metadata(self.store)
+        head = int(metadata.get(chroma.META_HEAD) or 0)
+        if metadata.get(chroma.META_WRITING) is not None or self._write_under_way(head):
+            return None
+        return head
+
+    def rebuild(self) -> None:
+        """Index every chunk of the collection afresh in a new folder, then switch to it.
+
+        The folder in use keeps serving searches (and taking writes) while the new one is
+        built; the ids are listed in one read (a consistent list, where pages by offset
+        would shift under a concurrent delete) and the texts read by id, then what was
+        written meanwhile is caught up under the lock and the new folder switched to in
+        one rename.
+        """
+        base = self.base
+        assert base is not None
+        with self._index_lock():
+            _clear_other_layout(base)
+        collection = self.chroma_collection()
+        assert collection is not None
+        head = self._head()
+        name = f"idx-{uuid.uuid4().hex[:12]}"
+        logger.info("building the lexical index of %s", chroma.collection_name(self.store))
+        index = LexicalIndex.create(base / name)
+        try:
+            ids = [str(i) for i in collection.get(include=[])["ids"]]
+            step = _PAGE * 5
+            for start in range(0, len(ids), step):
+                got = collection.get(
+                    ids=ids[start : start + step], include=["documents", "metadatas"]
+                )
+                index.add(
+                    (str(i), text or "", dict(meta or {}))
+                    for i, text, meta in zip(
+                        got["ids"], got["documents"] or [], got["metadatas"] or [], strict=True
+                    )
+                )
+            with self._index_lock():
+                now = self._head()
+                deleted, added = self.changes_since(head)
+                index.apply(added, deleted)
+                index.mark(now)
+                old = self._switch_locked(base, name, index)
+        except BaseException:
+            shutil.rmtree(base / name, ignore_errors=True)
+            raise
+        self.forget_snapshot()
+        # The folder replaced stays for readers still searching it; the next rebuild
+        # removes folders replaced long enough ago (`_clear_other_layout`).
+        if old and old != name:
+            os.utime(base / old)
+
+    def _head(self) -> int:
+        return int(chroma.fresh_metadata(self.store).get(chroma.META_HEAD) or 0)
+
+    # -- searching --------------------------------------------------------------------------
+
+    def search(
+        self, weights: Counter[str], k: int, where: dict[str, Any] | None = None
+    ) -> list[tuple[str, float]]:
+        """BM25 hits ``(chunk id, score)`` among the chunks searches may see, best first.
+
+        The index is derived data: a damaged one is rebuilt and searched again. One that
+        cannot be written where it lives (a full disk, no permission) leaves the search
+        dense only, said once in the log with what to do.
+        """
+        try:
+            index = self.sync()
+            if index is None:
+                return []
+            snap = self._snapshot or self.snapshot()
+            hide = {chroma.DOC_VERSION: {"$in": list(snap.pending)}} if snap.pending else None
+            try:
+                return index.search(weights, k, where=where or None, hide=hide)
+            except InvalidSettingError:
+                raise
+            except ValueError as exc:  # tantivy found a damaged segment
+                logger.warning("the lexical index is damaged (%s): rebuilding it", exc)
+                self.rebuild()
+                index = self._open_index()
+                return [] if index is None else index.search(weights, k, where or None, hide)
+        except OSError as exc:
+            if self._key not in _UNWRITABLE:
+                _UNWRITABLE.add(self._key)
+                logger.warning(
+                    "the lexical index of %s cannot be kept at %s (%s): searching dense "
+                    "only. Free space there, make it writable, or set HYDE_LC_CACHE_DIR "
+                    "to a writable folder (for a server or read-only store).",
+                    chroma.collection_name(self.store),
+                    self.base,
+                    exc.strerror or exc,
+                )
+            return []
+
+    def documents(self, ids: Sequence[str]) -> list[Document]:
+        """The chunks with these ids that searches may see now (one Chroma read), unordered."""
+        collection = self.chroma_collection()
+        if collection is None or not ids:
+            return []
+        snap = self._snapshot or self.snapshot()  # the one this search used
+        unique = list(dict.fromkeys(str(i) for i in ids))  # Chroma refuses repeated ids
+        got = collection.get(ids=unique, include=["documents", "metadatas"])
+        metas = [dict(meta or {}) for meta in got["metadatas"] or []]
+        if any(_seq(meta) > snap.head for meta in metas):
+            # Written after the state this search used: read the state again, so that the
+            # pending versions are the ones of now (a large document just begun is hidden).
+            snap = self.snapshot(max_age=0)
+        return [
+            Document(page_content=text or "", metadata=chroma.user_metadata(meta), id=id_)
+            for id_, text, meta in zip(got["ids"], got["documents"] or [], metas, strict=True)
+            if visible(meta, snap)
+        ]
+
+
+FEED_KEEP_WRITES = 10_000
+"""Deletions stay in the feed for this many writes: an index further behind is rebuilt."""
+FEED_TRIM_EVERY = 100
+META_FEED_FLOOR = "hyde_lc_feed_floor"
+"""Collection metadata: deletions are logged for every write after this one (an index whose
+cursor is older is rebuilt)."""
+
+
+def visible(metadata: dict[str, Any], snap: Snapshot) -> bool:
+    """Whether a chunk is one searches may return under ``snap`` (not of a pending version)."""
+    return not (snap.pending and metadata.get(chroma.DOC_VERSION) in snap.pending)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _seq(metadata: dict[str, Any]) -> int:
+    seq = metadata.get(SEQ_KEY)
+    return seq if isinstance(seq, int) else 0
+
+
+def feed_name(collection: str) -> str:
+    """The name of the companion collection logging ``collection``'s deletions."""
+    name = f"{collection}.hyde_lc_feed"
+    if len(name) <= 512:
+        return name
+    import hashlib
+
+    digest = hashlib.sha256(collection.encode("utf-8")).hexdigest()[:16]
+    return f"{collection[:480]}-{digest}.hyde_lc_feed"
+
+
+def _clear_other_layout(base: Path, keep_replaced_s: float = 600) -> None:
+    """Remove what no search uses in ``base``.
+
+    That is an index of an older layout kept in ``base`` itself, and index folders replaced
+    more than ``keep_replaced_s`` seconds ago (or left by a rebuild that was killed).
+    """
+    if not base.exists():
+        base.mkdir(parents=True)
+        return
+    try:
+        current = (base / CURRENT_FILE).read_text(encoding="utf-8").strip()
+    except OSError:
+        current = ""
+    now = time.time()
+    for entry in base.iterdir():
+        keep = entry.name == CURRENT_FILE or entry.name.startswith(f"{CURRENT_FILE}.")
+        if entry.is_dir() and entry.name.startswith("idx-"):
+            try:
+                recent = now - entry.stat().st_mtime < keep_replaced_s
+            except OSError:
+                recent = False
+            keep = entry.name == current or recent
+        if not keep:
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+
+
+class CollectionLexicalSearch(LexicalSearch):
+    """The lexical side of a hyde_lc collection: its own persistent index, kept current.
+
+    Example:
+        >>> from hyde_lc import open_store
+        >>> search = lexical_search_for(open_store())  # doctest: +SKIP
+        >>> search.search(lexical_query("Fresnel"), k=3)  # doctest: +SKIP
+
+    """
+
+    def __init__(self, vectorstore: Any) -> None:
+        self.vectorstore = vectorstore
+        self.hybrid = HybridCollection.of(vectorstore)
+
+    @property
+    def index(self) -> LexicalIndex:  # type: ignore[override]
+        """The index in use, brought up to date."""
+        index = self.hybrid.sync()
+        if index is None:
+            raise InvalidSettingError("the collection does not exist yet: nothing is indexed")
+        return index
+
+    def search(self, weights: Counter[str], k: int, where: Any = None) -> list[tuple[str, float]]:
+        """As `LexicalSearch.search`, inside the collection's index (filters included)."""
+        if callable(where):
+            raise InvalidSettingError(
+                "a Chroma collection's search filter is a dict (Chroma's where syntax), "
+                f"not {type(where).__name__}"
+            )
+        return self.hybrid.search(weights, k, where)
+
+    def documents(self, ids: Sequence[str]) -> list[Any]:
+        """The chunks with these ids that searches may see now."""
+        return self.hybrid.documents(ids)
