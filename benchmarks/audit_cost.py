@@ -28,8 +28,8 @@ import numpy as np
 from benchmarks.lexical_scale import chunk_metadata, peak_rss_mb
 from hyde_lc.bench.beir import load_beir
 from hyde_lc.models.local_embeddings import MiniLMEmbeddings
-from hyde_lc.store.chroma import existing_collection, open_store
 from hyde_lc.store.collection import HybridCollection
+from hyde_lc.store.vectorstore import open_store
 
 BATCH = 2000
 
@@ -77,7 +77,7 @@ def main() -> None:
         row["audit_unchanged_s"] = round(statistics.median(w for w, _, _ in quiet), 2)
         row["audit_unchanged_cpu_s"] = round(statistics.median(c for _, c, _ in quiet), 2)
 
-        raw = existing_collection(store)  # chromadb's own collection object: no hyde_lc path
+        raw = store.existing_collection()  # chromadb's own collection object: no hyde_lc path
         raw.delete(ids=["c7"])
         raw.add(
             ids=["outsider"],

@@ -32,7 +32,7 @@ from hyde_lc.bench.retrieval import (
 )
 from hyde_lc.core.fusion import score_fusion
 from hyde_lc.models.loading import load_embeddings
-from hyde_lc.search.lexical import analyze, lexical_query
+from hyde_lc.store.lexical_index import analyze, lexical_query
 
 K1, B = 1.2, 0.75
 

@@ -72,8 +72,8 @@ from hyde_lc.hyde.hypotheses import llm_identity
 from hyde_lc.hyde.hypothesis_cache import HypothesisCache
 from hyde_lc.hyde.transform import DEFAULT_QUERY_WEIGHT
 from hyde_lc.models.loading import load_embeddings, load_llm
-from hyde_lc.search.lexical import DEFAULT_QUERY_REPEATS, lexical_query
-from hyde_lc.search.stores import scored_search
+from hyde_lc.search.backend import backend_for
+from hyde_lc.store.lexical_index import DEFAULT_QUERY_REPEATS, lexical_query
 
 MODELS = {"minilm": "local:minilm", "bge": "local:bge-small-en-v1.5"}
 LISTS = ("bm25", "minilm", "bge")
@@ -162,7 +162,9 @@ class Lists:
                 terms = lexical_query(self.data.queries[q], used, DEFAULT_QUERY_REPEATS)
                 self.cache[key] = self.lexical.search(terms, DEPTH)
             else:
-                pairs = scored_search(self.indexes[name], self.vectors[key], DEPTH, {})
+                pairs = backend_for(self.indexes[name], "off").scored_pairs(
+                    self.vectors[key], DEPTH, {}
+                )
                 self.cache[key] = [(str(d.id), float(s or 0.0)) for d, s in pairs]
         return self.cache[key]
 

@@ -58,7 +58,7 @@ from hyde_lc.ingest.files import resolve_chunking, split_document
 from hyde_lc.ingest.reading import LoadedDocument
 from hyde_lc.models.loading import embedding_model_id, load_embeddings
 from hyde_lc.models.weights import cache_dir
-from hyde_lc.search.lexical import DEFAULT_QUERY_REPEATS, lexical_query
+from hyde_lc.store.lexical_index import DEFAULT_QUERY_REPEATS, lexical_query
 
 MODEL = "local:minilm-dq"
 ROWS: dict[str, dict[str, float]] = {

@@ -36,7 +36,6 @@ from langchain_core.retrievers import BaseRetriever
 from hyde_lc import NeighborExpandingRetriever
 from hyde_lc.bench.speed import add_in_batches
 from hyde_lc.ingest.files import chunk_id
-from hyde_lc.store.chroma import existing_collection
 
 WINDOWS = 4
 LONG = 1000
@@ -122,7 +121,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         store, docs = build(folder, args.chunks)
         spans = windows(docs)
-        collection = existing_collection(store)
+        collection = store.existing_collection()
         include: Any = ["documents", "metadatas"]
         or_of_ranges = {
             "$or": [

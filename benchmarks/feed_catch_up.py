@@ -192,7 +192,7 @@ class CallTimes:
         from chromadb.api.models.Collection import Collection
 
         from hyde_lc.search import lexical as lexical
-        from hyde_lc.search.lexical import LexicalIndex
+        from hyde_lc.store.lexical_index import LexicalIndex
 
         targets = [
             (Collection, name, f"chroma {{}}.{name}")  # {} = which collection: chunks or feed
@@ -243,8 +243,8 @@ class CallTimes:
 def reader(url: str) -> int:
     """Client B: answer one JSON command per input line (rebuild, catch_up, quit)."""
     from hyde_lc import open_store
-    from hyde_lc.search.lexical import lexical_query
     from hyde_lc.store.collection import HybridCollection
+    from hyde_lc.store.lexical_index import lexical_query
 
     timer = CallTimes()
     timer.install()

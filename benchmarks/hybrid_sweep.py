@@ -31,7 +31,7 @@ from hyde_lc.hyde.hypotheses import llm_identity, sample_keys
 from hyde_lc.hyde.hypothesis_cache import HypothesisCache
 from hyde_lc.hyde.prompts import get_prompt
 from hyde_lc.models.loading import load_embeddings, load_llm
-from hyde_lc.search.lexical import LexicalIndex, lexical_query
+from hyde_lc.store.lexical_index import LexicalIndex, lexical_query
 
 DEPTH = 100  # candidates per list (and the depth of R@100)
 

@@ -264,7 +264,8 @@ def run_writer(store_dir: Path, job: dict[str, Any]) -> None:
 def run_reader(store_dir: Path, job: dict[str, Any]) -> None:
     """Search the lexical side for `STABLE_TERM` until ``stop_file`` exists; log problems."""
     from hyde_lc import open_store
-    from hyde_lc.search.lexical import lexical_query, lexical_search_for
+    from hyde_lc.search.lexical import lexical_search_for
+    from hyde_lc.store.lexical_index import lexical_query
 
     stable = set(job["stable_ids"])
     stop = Path(job["stop_file"])
@@ -319,9 +320,10 @@ def check_store(store_dir: Path, dead: list[list[str]], dense_dead: list[str]) -
     ``dense_dead``: the ids among them to check on the dense side too.
     """
     from hyde_lc import open_store
-    from hyde_lc.search.lexical import lexical_query, lexical_search_for
+    from hyde_lc.search.lexical import lexical_search_for
     from hyde_lc.store import chroma as chroma
     from hyde_lc.store.collection import SEQ_KEY, HybridCollection
+    from hyde_lc.store.lexical_index import lexical_query
 
     embeddings = HashEmbeddings()
     store = open_store(store_dir, embeddings=embeddings)

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from hyde_lc.bench.beir import load_beir
-from hyde_lc.search.lexical import LexicalIndex, lexical_query
+from hyde_lc.store.lexical_index import LexicalIndex, lexical_query
 
 BATCH = 5000
 

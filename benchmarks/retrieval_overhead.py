@@ -29,7 +29,7 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from hyde_lc import ingest_paths, load_embeddings, load_llm, open_store
 from hyde_lc.bench.beir import load_beir
 from hyde_lc.evaluation import EvaluationPipeline
-from hyde_lc.store.chroma import visible_count
+from hyde_lc.store.vectorstore import visible_count
 
 HYPOTHESIS = (
     "Tissue-resident macrophages arise from embryonic progenitors in the yolk sac and the "

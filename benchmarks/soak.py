@@ -54,7 +54,7 @@ from hyde_lc.bench.speed import (
     clustered_vectors,
     percentiles,
 )
-from hyde_lc.store.chroma import existing_collection, max_write, prepare_write
+from hyde_lc.store.collection import HybridCollection
 
 MODES = ("embedded", "server")
 MEMORY_BOUND_MB = 50.0
@@ -186,8 +186,8 @@ def build_collection(store: Any, vectors: np.ndarray, per_document: int = 50) ->
     """
     count = len(vectors)
     return add_in_batches(
-        prepare_write(store),
-        max_write(store),
+        HybridCollection.of(store).chroma.prepare_write(store.embeddings),
+        HybridCollection.of(store).chroma.max_write(),
         [f"c{i}" for i in range(count)],
         vectors,
         [f"chunk {i}" for i in range(count)],
@@ -293,7 +293,7 @@ def soak_mode(
         if server is not None:
             pids["server"] = server.pid
         build_s = build_collection(store, vectors)
-        count = existing_collection(store).count()
+        count = store.existing_collection().count()
         for name, pid in pids.items():
             memory[name]["after_build"] = rss_mb(pid)
         llm = SimulatedRemoteChat(latency=0.0) if hypotheses else None

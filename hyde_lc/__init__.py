@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from hyde_lc.retrievers.hyde import HyDEResult, HyDERetriever
     from hyde_lc.retrievers.neighbors import NeighborExpandingRetriever
     from hyde_lc.search.lexical import LexicalSearch
-    from hyde_lc.store.chroma import collection_info, open_store, refresh_store
+    from hyde_lc.store.vectorstore import collection_info, open_store, refresh_store
 
 _EXPORTS = {
     "PROMPTS": "hyde_lc.hyde.prompts",
@@ -48,13 +48,13 @@ _EXPORTS = {
     "LexicalSearch": "hyde_lc.search.lexical",
     "NeighborExpandingRetriever": "hyde_lc.retrievers.neighbors",
     "build_answer_chain": "hyde_lc.answer",
-    "collection_info": "hyde_lc.store.chroma",
+    "collection_info": "hyde_lc.store.vectorstore",
     "ingest_documents": "hyde_lc.ingest.documents",
     "ingest_paths": "hyde_lc.ingest.files",
     "load_embeddings": "hyde_lc.models.loading",
     "load_llm": "hyde_lc.models.loading",
-    "open_store": "hyde_lc.store.chroma",
-    "refresh_store": "hyde_lc.store.chroma",
+    "open_store": "hyde_lc.store.vectorstore",
+    "refresh_store": "hyde_lc.store.vectorstore",
     "sample_files": "hyde_lc.ingest.samples",
 }
 """Public name -> the module that defines it."""

@@ -29,7 +29,7 @@ answer (``<think>...</think>``) is removed (`hyde_lc.core.reasoning`).
 
 Question and passages are data: they are filled into the prompt verbatim and never
 interpreted as template syntax. A question longer than
-`hyde_lc.retrievers.hyde.MAX_QUERY_CHARS` is cut to that length for the prompt, as
+`hyde_lc.hyde.transform.MAX_QUERY_CHARS` is cut to that length for the prompt, as
 `HyDERetriever` cuts it for retrieval (noting it in ``metadata["hyde_query_truncated"]``).
 
 Example:
@@ -69,9 +69,9 @@ from hyde_lc.core.language import (
     says_not_enough_information,
 )
 from hyde_lc.core.reasoning import astrip_reasoning_stream, strip_reasoning_stream
+from hyde_lc.hyde.transform import clip_query
 from hyde_lc.models.loading import CONTEXT_WINDOW_KEY
 from hyde_lc.models.local_llm import ContextWindowError, LocalChatModel, estimate_tokens
-from hyde_lc.retrievers.hyde import clip_query
 
 NOT_ENOUGH_INFORMATION = "I don't have enough information in the provided documents to answer."
 

@@ -12,6 +12,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class HydeLcError(Exception):
     """Base class of every error hyde_lc raises on purpose."""
@@ -94,3 +96,21 @@ class StoreError(HydeLcError):
 
 class StoreUnavailableError(StoreError):
     """The Chroma server stopped answering in the middle of a run (stopped, crashed)."""
+
+
+def settings_error(owner: type, exc: Any) -> InvalidSettingError:
+    """A pydantic ``ValidationError`` of ``owner``'s settings, in the package's words.
+
+    One line per invalid setting (pydantic's prefix removed); an unknown setting lists the
+    settings there are.
+    """
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error.get("loc", ()))
+        message = str(error.get("msg", "")).removeprefix("Value error, ")
+        if error.get("type") == "extra_forbidden":
+            known = ", ".join(sorted(getattr(owner, "model_fields", {})))
+            message = f"{where}: no such setting (the settings are: {known})"
+        # a check of several settings together has no location: its message names them
+        parts.append(message if not where or message.startswith(where) else f"{where}: {message}")
+    return InvalidSettingError(f"invalid {owner.__name__} settings: " + "; ".join(parts))

@@ -421,3 +421,10 @@ def recorded_threads(monkeypatch: Any) -> list[threading.Thread]:
 
     monkeypatch.setattr(threading, "Thread", Recorded)
     return made
+
+
+def chroma_of(store: Any) -> Any:
+    """The `ChromaCollection` behind a store opened by `open_store` (its records, metadata)."""
+    from hyde_lc.store.collection import HybridCollection
+
+    return HybridCollection.of(store).chroma

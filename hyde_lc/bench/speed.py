@@ -226,7 +226,7 @@ class SpeedReport:
 
 def _corpus_files(corpus: dict[str, str], work: Path, embeddings: Any) -> tuple[Path, Any]:
     """Write ``corpus`` as one text file per document; open an empty store beside it."""
-    from hyde_lc.store.chroma import open_store
+    from hyde_lc.store.vectorstore import open_store
 
     folder = work / "docs"
     folder.mkdir(parents=True)
@@ -245,7 +245,7 @@ def ingest_speed(
     cache cannot flatter the ingest path. Returns the section and the ingested store.
     """
     from hyde_lc.ingest.files import ingest_paths
-    from hyde_lc.store.chroma import iter_metadatas
+    from hyde_lc.store.collection import HybridCollection
 
     folder, store = _corpus_files(corpus, work, embeddings)
     embeddings.embed_documents(["warm up the model"] * 4)
@@ -272,7 +272,7 @@ def ingest_speed(
     report = ingest_paths([folder], store, batch_size=batch_size, progress=False)
     ingest_s = time.perf_counter() - start
     after = bare()
-    chunks = len(iter_metadatas(store))
+    chunks = HybridCollection.of(store).chroma.count()
     if chunks != len(texts):
         raise RuntimeError(f"ingest wrote {chunks} chunks, the splitter made {len(texts)}")
     floor = min(before, after)
@@ -308,7 +308,7 @@ def query_speed(
     """
     from hyde_lc.evaluation import EvaluationPipeline
     from hyde_lc.models.loading import load_llm, resolve_llm_spec
-    from hyde_lc.store.chroma import iter_metadatas
+    from hyde_lc.store.collection import HybridCollection
 
     calls = UsageRecorder()
     pipeline = EvaluationPipeline.from_settings(
@@ -348,7 +348,7 @@ def query_speed(
         )
     section = {
         "queries": len(questions),
-        "collection_chunks": len(iter_metadatas(store)),
+        "collection_chunks": HybridCollection.of(store).chroma.count(),
         "retrieval_method": pipeline.retrieval_method,
         "llm": resolve_llm_spec(llm_spec, "answer"),
         "stages": {name: percentiles(values) for name, values in stages.items()},

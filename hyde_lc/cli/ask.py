@@ -153,7 +153,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         load_llm,
         resolve_llm_spec,
     )
-    from hyde_lc.store.chroma import server_lost_as_error
+    from hyde_lc.store.location import server_lost_as_error
 
     if not args.question.strip():
         raise HydeLcError(

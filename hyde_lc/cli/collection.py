@@ -62,7 +62,8 @@ def sample_embeddings(args: argparse.Namespace) -> str | None:
     """
     if args.sample != "zh" or args.embeddings or os.environ.get(EMBEDDINGS_ENV):
         return None
-    from hyde_lc.store.chroma import StoreLocation, collection_exists
+    from hyde_lc.store.location import StoreLocation
+    from hyde_lc.store.vectorstore import collection_exists
 
     location = StoreLocation.resolve(args.store, args.chroma_url, args.collection)
     return None if collection_exists(location) else MULTILINGUAL_EMBEDDINGS
@@ -107,7 +108,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from hyde_lc.ingest.samples import sample_files
     from hyde_lc.models.endpoint_errors import endpoint_errors
     from hyde_lc.models.weights import cache_dir
-    from hyde_lc.store.chroma import visible_count
+    from hyde_lc.store.vectorstore import visible_count
 
     paths = [*args.paths, *(sample_files(args.sample) if args.sample else [])]
     if not paths:
@@ -187,7 +188,8 @@ def _undone(files: list[Any]) -> int:
 
 def cmd_info(args: argparse.Namespace) -> int:
     """``hyde-lc info``: chunks, documents (and incomplete ones), embedding model."""
-    from hyde_lc.store.chroma import StoreLocation, collection_info
+    from hyde_lc.store.location import StoreLocation
+    from hyde_lc.store.vectorstore import collection_info
 
     store = open_collection(args, must_exist=True)
     info = collection_info(store)

@@ -311,7 +311,8 @@ def open_collection(args: argparse.Namespace, must_exist: bool) -> Any:
     and nothing is created.
     """
     from hyde_lc.models.loading import load_embeddings
-    from hyde_lc.store.chroma import StoreLocation, collection_exists, open_store, visible_count
+    from hyde_lc.store.location import StoreLocation
+    from hyde_lc.store.vectorstore import collection_exists, open_store, visible_count
 
     location = StoreLocation.resolve(args.store, args.chroma_url, args.collection)
     if must_exist and not collection_exists(location):

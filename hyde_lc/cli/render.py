@@ -74,7 +74,7 @@ SCRIPT_LABELS = {
 
 
 def script_summary(scripts: dict[str, int]) -> str:
-    """Chunks per script (`hyde_lc.store.chroma.collection_info`'s ``scripts``), as info shows them.
+    """Chunks per script (`collection_info`'s ``scripts``), as info shows them.
 
     Example:
         >>> script_summary({"cjk": 12, "latin": 3})
@@ -103,7 +103,7 @@ def _audit_line(audit: dict[str, Any]) -> str:
 
 
 def info_lines(info: dict[str, Any]) -> list[str]:
-    """`hyde_lc.store.chroma.collection_info` (plus ``location``) as text."""
+    """`hyde_lc.store.vectorstore.collection_info` (plus ``location``) as text."""
     lines = [
         shown_line(str(info["location"])),
         f"embedding model: {shown_line(str(info['embedding_model']))} "

@@ -1,4 +1,8 @@
-"""`RetrievedChunk`: a retrieved Document whose scores are not part of its identity.
+"""A chunk's identity: its stable id, its key in a ranking, and `RetrievedChunk`.
+
+Ingestion gives every chunk a stable id (`chunk_id`) derived from its document version
+and position, so neighbour expansion can derive the ids of a hit's neighbours. In a
+ranking a chunk is known by its id, else its text (`chunk_key`).
 
 hyde_lc's retrievers put each hit's scores in its metadata (``score``, ``dense_score``,
 ``lexical_score``, ``found_by``, ...). LangChain's wrappers deduplicate by Document
@@ -19,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from langchain_core.documents import Document
@@ -41,6 +46,35 @@ SEARCH_KEYS = frozenset(
 )
 """Metadata a search adds to a chunk (or to a window of chunks, `hyde_lc.retrievers.neighbors`):
 what it found, not what the chunk is."""
+
+
+def chunk_id(source: str, doc_id: str, chunk_size: int, chunk_overlap: int, index: int) -> str:
+    """The stable id of chunk ``index`` of one document version split one way.
+
+    Ingestion gives every chunk this id, and records what it derives from in the chunk's
+    metadata; neighbour expansion derives the ids of a hit's neighbours from it.
+
+    Example:
+        >>> chunk_id("/docs/a.pdf", "9f0c", 1000, 200, 3)[:12]
+        'f3c3cf9e0e60'
+
+    """
+    key = f"{source}\0{doc_id}\0{chunk_size}\0{chunk_overlap}\0{index}"
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+
+
+def chunk_key(doc: Document) -> str:
+    """A chunk's identity in a ranking: its id, else its text."""
+    return str(doc.id) if doc.id else doc.page_content
+
+
+def with_metadata(doc: Document, **values: Any) -> Document:
+    """A copy of ``doc`` whose metadata has ``values`` set; the store's own is untouched.
+
+    A shallow copy with a new metadata dict: a deep copy of every candidate cost about
+    2 ms per hybrid search (100 candidates), and nothing here changes nested values.
+    """
+    return doc.model_copy(update={"metadata": {**doc.metadata, **values}})
 
 
 def stored_metadata(metadata: dict[str, Any]) -> dict[str, Any]:

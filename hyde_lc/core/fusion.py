@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,6 +29,25 @@ FUSION_MODES = ("mean", "concat", "rrf")
 HYBRID_FUSIONS = ("score", "rrf")
 """How a hybrid search fuses its dense and lexical lists: `score_fusion` or RRF."""
 RRF_C = 60
+
+
+@dataclass
+class Fused:
+    """What `HyDETransform.fuse` made of `Embedded`: the dense search vector(s)."""
+
+    vectors: list[list[float]]
+    """One vector (mean, concat, no hypotheses), or one per ranking to fuse (rrf)."""
+    weights: list[float] | None = None
+    """The weights of the fused texts ([query, *hypotheses]; None: equal): of the mean,
+    or of each ranking in reciprocal rank fusion."""
+    dropped: int = 0
+    """Hypotheses left out by ``min_similarity``."""
+    kept: list[int] | None = None
+    """Positions of the hypotheses the gate kept (None: no gate applied, all of them)."""
+
+    def kept_texts(self, hypotheses: Sequence[str]) -> list[str]:
+        """The hypotheses that took part: the lexical query uses these, as the dense one."""
+        return list(hypotheses) if self.kept is None else [hypotheses[i] for i in self.kept]
 
 
 def fuse_mean(

@@ -73,38 +73,45 @@ def _shown(text: str) -> str:
     return text[: len(text) - _held_back(text)]
 
 
-def _step(seen: str, sent: str) -> tuple[str, str]:
-    shown = _shown(seen)
-    if len(shown) > len(sent) and shown.startswith(sent):
-        return shown[len(sent) :], shown
-    return "", sent
+class _StreamStripper:
+    """`strip_reasoning` applied as chunks arrive: what may be sent of each, then the rest."""
+
+    def __init__(self) -> None:
+        self.seen = ""
+        self.sent = ""
+
+    def feed(self, chunk: str) -> str:
+        """The part of the answer ``chunk`` completes ("" while reasoning is held back)."""
+        self.seen += chunk
+        shown = _shown(self.seen)
+        if len(shown) > len(self.sent) and shown.startswith(self.sent):
+            piece, self.sent = shown[len(self.sent) :], shown
+            return piece
+        return ""
+
+    def end(self) -> list[str]:
+        """What is left to send once the stream has ended."""
+        final = strip_reasoning(self.seen)
+        if final.startswith(self.sent) and len(final) > len(self.sent):
+            return [final[len(self.sent) :]]
+        # an output that was all reasoning is an empty text, not no text
+        return [] if self.sent else [""]
 
 
 def strip_reasoning_stream(chunks: Iterator[str]) -> Iterator[str]:
     """`strip_reasoning` over a stream of text chunks (see the module docstring)."""
-    seen, sent = "", ""
+    stripper = _StreamStripper()
     for chunk in chunks:
-        seen += chunk
-        piece, sent = _step(seen, sent)
-        if piece:
+        if piece := stripper.feed(chunk):
             yield piece
-    final = strip_reasoning(seen)
-    if final.startswith(sent) and len(final) > len(sent):
-        yield final[len(sent) :]
-    elif not sent:
-        yield ""  # an output that was all reasoning is an empty text, not no text
+    yield from stripper.end()
 
 
 async def astrip_reasoning_stream(chunks: AsyncIterator[str]) -> AsyncIterator[str]:
     """Async `strip_reasoning_stream`."""
-    seen, sent = "", ""
+    stripper = _StreamStripper()
     async for chunk in chunks:
-        seen += chunk
-        piece, sent = _step(seen, sent)
-        if piece:
+        if piece := stripper.feed(chunk):
             yield piece
-    final = strip_reasoning(seen)
-    if final.startswith(sent) and len(final) > len(sent):
-        yield final[len(sent) :]
-    elif not sent:
-        yield ""  # an output that was all reasoning is an empty text, not no text
+    for piece in stripper.end():
+        yield piece

@@ -227,7 +227,7 @@ class EvaluationPipeline:
         raised before any model is loaded.
         """
         from hyde_lc.models.loading import load_llm
-        from hyde_lc.store.chroma import open_store
+        from hyde_lc.store.vectorstore import open_store
 
         if mode is None:
             asked = bool(retriever_fields.get("n_hypotheses"))

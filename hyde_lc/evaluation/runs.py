@@ -78,7 +78,7 @@ from hyde_lc.evaluation.results_file import (
 from hyde_lc.evaluation.searched_store import describe_store
 from hyde_lc.evaluation.usage import describe_embeddings, describe_llm
 from hyde_lc.retrievers.hyde import HyDERetriever
-from hyde_lc.search.stores import is_chroma
+from hyde_lc.search.backend import backend_for
 
 logger = logging.getLogger(__name__)
 
@@ -789,14 +789,14 @@ def _stop_if_server_lost(pipeline: EvaluationPipeline, exc: Exception, out: Path
 
     The question is not recorded, so the rerun that resumes the run asks it again.
     """
-    from hyde_lc.store.chroma import lost_server
-
     store = pipeline.store
-    if store is None or not is_chroma(store):
+    if store is None:
+        return
+    backend = backend_for(store, "off", quiet=True)
+    if backend.lost_server(exc, "") is None:
         return
     kept = len(read_records(out))
-    lost = lost_server(
-        store,  # type: ignore[arg-type]
+    lost = backend.lost_server(
         exc,
         f"rerun the same command: it keeps the {kept} record{'' if kept == 1 else 's'} in "
         f"{out} and continues with the questions not yet there",

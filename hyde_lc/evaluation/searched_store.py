@@ -3,7 +3,7 @@
 Evaluating over an empty or missing collection would retrieve nothing and record answers
 the model wrote from its own knowledge, scored as if retrieval had worked. `check_searchable`
 refuses such a store before any model runs, naming it and saying what to do. Nothing is
-created by the check: `hyde_lc.store.chroma.open_store` creates nothing, and neither does this.
+created by the check: `hyde_lc.store.vectorstore.open_store` creates nothing, and neither does this.
 
 Example:
     >>> from langchain_core.embeddings import DeterministicFakeEmbedding
@@ -17,15 +17,13 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
-
 from langchain_core.vectorstores import VectorStore
 
 from hyde_lc.errors import StoreError
-from hyde_lc.search.stores import is_chroma, store_size
+from hyde_lc.search.backend import backend_for
+from hyde_lc.search.chroma_backend import UNKNOWN_CHROMA, ChromaBackend
 
-UNKNOWN_CHROMA = "a langchain-chroma store"
-"""Where a langchain-chroma ``Chroma`` store lives, as far as its public API says."""
+__all__ = ["UNKNOWN_CHROMA", "check_searchable", "describe_store"]
 
 
 def describe_store(store: VectorStore) -> tuple[str | None, str]:
@@ -35,20 +33,10 @@ def describe_store(store: VectorStore) -> tuple[str | None, str]:
     store (which does not say publicly where it lives) ``a langchain-chroma store``; any
     other store its class name.
     """
-    if not is_chroma(store):
-        return None, type(store).__name__
-    from hyde_lc.store.chroma import HydeChroma, server_url, store_folder
-
-    if isinstance(store, HydeChroma):
-        location = store.location
-        return location.collection, str(location.path) if location.path else str(location.url)
-    folder = store_folder(store)  # type: ignore[arg-type]
-    where = str(folder) if folder else server_url(store)  # type: ignore[arg-type]
-    return None, where or UNKNOWN_CHROMA
+    return backend_for(store, "off").describe()
 
 
-def _ingest_hint(store: Any) -> str:
-    collection, where = describe_store(store)
+def _ingest_hint(collection: str | None, where: str) -> str:
     server = where.startswith(("http://", "https://"))
     flags = f" --chroma-url {where}" if server else f" --store {where}"
     if where == UNKNOWN_CHROMA:
@@ -65,26 +53,25 @@ def _ingest_hint(store: Any) -> str:
 def check_searchable(store: VectorStore) -> None:
     """Raise `StoreError` when ``store`` has nothing to search (missing or empty).
 
-    A hyde_lc (Chroma) collection must exist and hold chunks that searches can see; any
-    other store is refused only when it can tell that it is empty (``InMemoryVectorStore``).
+    A Chroma collection must exist and hold chunks that searches can see; any other
+    store is refused only when it can tell that it is empty (``InMemoryVectorStore``).
     """
-    if is_chroma(store):
-        from hyde_lc.store.chroma import has_collection, visible_count
-
-        collection, where = describe_store(store)
+    backend = backend_for(store, "off")
+    if isinstance(backend, ChromaBackend):
+        collection, where = backend.describe()
         name = f"collection {collection!r}" if collection else "the collection"
-        if not has_collection(store):  # type: ignore[arg-type]
+        if not backend.exists():
             raise StoreError(
                 f"there is no {name} at {where}: nothing to retrieve, so every answer would "
-                f"come from the model's own knowledge. {_ingest_hint(store)}"
+                f"come from the model's own knowledge. {_ingest_hint(collection, where)}"
             )
-        if visible_count(store) == 0:  # type: ignore[arg-type]
+        if backend.size() == 0:
             raise StoreError(
                 f"{name} at {where} holds no chunks: nothing to retrieve, so every answer "
-                f"would come from the model's own knowledge. {_ingest_hint(store)}"
+                f"would come from the model's own knowledge. {_ingest_hint(collection, where)}"
             )
         return
-    if store_size(store) == 0:
+    if backend.size() == 0:
         raise StoreError(
             f"the {type(store).__name__} holds no documents: nothing to retrieve, so every "
             "answer would come from the model's own knowledge. Add documents to it first "

@@ -38,29 +38,32 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from langchain_core.caches import BaseCache
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseLanguageModel
 from langchain_core.prompts import BasePromptTemplate
 from langchain_core.runnables import RunnableConfig
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, PrivateAttr, model_validator
 
+from hyde_lc.core.checked import CheckedModel
+from hyde_lc.core.fusion import Fused
 from hyde_lc.errors import InvalidSettingError
 from hyde_lc.hyde.hypotheses import ConfigErrors, Hypotheses
 from hyde_lc.hyde.prompts import DEFAULT_PROMPT
 from hyde_lc.hyde.transform import (
     DEFAULT_QUERY_WEIGHT,
-    Fused,
+    MAX_QUERY_CHARS,
     HyDETransform,
+    check_max_query_chars,
     check_n_hypotheses,
     check_prompt,
     check_query_weight,
     check_timeout,
+    clip_query,
 )
 from hyde_lc.models.loading import embedding_model_id
-from hyde_lc.retrievers.hyde import MAX_QUERY_CHARS, _settings_message, clip_query
 
 HYPOTHESIS_TAG = "hyde.hypothesis"
 """The tag on every hypothesis call (as `hyde_lc.HyDERetriever` tags them)."""
@@ -84,7 +87,7 @@ class HyDEQueryEmbedding:
     """Set when the query was truncated."""
 
 
-class HyDEEmbeddings(BaseModel, Embeddings):
+class HyDEEmbeddings(CheckedModel, Embeddings):
     """Embeddings that embed a query as the mean of it and LLM-written passages (HyDE).
 
     A drop-in for LangChain's ``HypotheticalDocumentEmbedder``: hand it to any vector
@@ -103,17 +106,18 @@ class HyDEEmbeddings(BaseModel, Embeddings):
 
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    llm: BaseLanguageModel
+    # unparametrised: pydantic checks instances against the class itself
+    llm: BaseLanguageModel  # type: ignore[type-arg]
     """Writes the hypothetical passages."""
     base_embeddings: Embeddings
     """Embeds the query, the passages and the documents."""
-    prompt: str | list[str] | BasePromptTemplate = DEFAULT_PROMPT
+    prompt: Annotated[  # type: ignore[type-arg]
+        str | list[str] | BasePromptTemplate, AfterValidator(check_prompt)
+    ] = DEFAULT_PROMPT
     """Prompt name (or LangChain key such as ``"sci_fact"``), one-variable template string
     or ``PromptTemplate`` (LangChain's ``PROMPT_MAP`` templates too); a list gives
     ``n_hypotheses`` passages per prompt."""
-    n_hypotheses: int = 1
+    n_hypotheses: Annotated[int, AfterValidator(lambda n: check_n_hypotheses(n, least=1))] = 1
     """Passages written per prompt (1 to `hyde_lc.hyde.transform.MAX_HYPOTHESES`)."""
     include_query: bool = True
     """Whether the query's own embedding takes part in the mean (the paper: yes)."""
@@ -121,31 +125,27 @@ class HyDEEmbeddings(BaseModel, Embeddings):
     """The query's share of the mean, between 0 and 1 (None: the paper's equal weights)."""
     hypothesis_length: int | None = None
     """Optional hint to the writer: about this many characters."""
-    timeout: float | None = 120.0
+    timeout: Annotated[float | None, AfterValidator(check_timeout)] = 120.0
     """Seconds to wait for the passages before falling back to the plain query."""
     hypothesis_cache: BaseCache | None = None
     """Optional cache of passages (e.g. `hyde_lc.hyde.hypothesis_cache.HypothesisCache`)."""
-    max_query_chars: int | None = MAX_QUERY_CHARS
+    max_query_chars: Annotated[int | None, AfterValidator(check_max_query_chars)] = MAX_QUERY_CHARS
     """Longer queries are cut to this many characters; None never cuts."""
     config_errors: ConfigErrors = "raise"
     """``raise``: a misconfigured LLM (rejected key, unknown model) raises; ``fallback``
     treats it like any other failure and embeds the plain query."""
 
-    def __init__(self, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except ValidationError as exc:
-            raise InvalidSettingError(_settings_message(type(self), exc)) from None
+    _transform: HyDETransform = PrivateAttr()
 
     @classmethod
     def from_llm(
         cls,
-        llm: BaseLanguageModel,
+        llm: BaseLanguageModel[Any],
         base_embeddings: Embeddings,
-        prompt: str | list[str] | BasePromptTemplate | None = None,
+        prompt: str | list[str] | BasePromptTemplate[Any] | None = None,
         *,
         prompt_key: str | None = None,
-        custom_prompt: BasePromptTemplate | None = None,
+        custom_prompt: BasePromptTemplate[Any] | None = None,
         **kwargs: Any,
     ) -> HyDEEmbeddings:
         """HyDE embeddings from a writer LLM and the base embedding model.
@@ -167,38 +167,25 @@ class HyDEEmbeddings(BaseModel, Embeddings):
 
     # -- validation ------------------------------------------------------------------
 
-    @field_validator("n_hypotheses")
-    @classmethod
-    def _check_n(cls, value: int) -> int:
-        return check_n_hypotheses(value, least=1)
-
-    @field_validator("prompt")
-    @classmethod
-    def _check_prompt(cls, value: Any) -> Any:
-        return check_prompt(value)
-
     @model_validator(mode="after")
     def _check_combination(self) -> HyDEEmbeddings:
-        check_timeout(self.timeout)
-        if self.max_query_chars is not None and self.max_query_chars < 1:
-            raise InvalidSettingError(
-                f"max_query_chars must be at least 1 (or None for no limit), got "
-                f"{self.max_query_chars}"
-            )
         check_query_weight(self.query_weight)
         if self.query_weight is not None and not self.include_query:
             if "query_weight" in self.model_fields_set:
                 raise InvalidSettingError(
                     "query_weight needs include_query=True: leave query_weight unset"
                 )
-            self.query_weight = None
+            self.__dict__["query_weight"] = None  # the default applies where the query is fused
+        self._transform = HyDETransform.from_fields(
+            self, self.base_embeddings, cache=self.hypothesis_cache
+        )
         return self
 
     # -- identity ----------------------------------------------------------------------
 
     @property
     def model_id(self) -> str:
-        """The base model's id: the vectors live in its space (`hyde_lc.store.chroma` checks it)."""
+        """The base model's id: the vectors live in its space (the collection records it)."""
         return embedding_model_id(self.base_embeddings)
 
     @property
@@ -214,19 +201,11 @@ class HyDEEmbeddings(BaseModel, Embeddings):
 
     @property
     def hyde_transform(self) -> HyDETransform:
-        """The HyDE transform these settings make (`hyde_lc.hyde.transform`), always a mean."""
-        return HyDETransform(
-            self.base_embeddings,
-            llm=self.llm,
-            prompt=self.prompt,
-            n_hypotheses=self.n_hypotheses,
-            hypothesis_length=self.hypothesis_length,
-            timeout=self.timeout,
-            cache=self.hypothesis_cache,
-            config_errors=self.config_errors,
-            include_query=self.include_query,
-            query_weight=self.query_weight,
-        )
+        """The HyDE transform these settings make (`hyde_lc.hyde.transform`), always a mean.
+
+        Made when the settings are given, and again when one is assigned.
+        """
+        return self._transform
 
     def build_prompts(self, query: str) -> list[str]:
         """The rendered prompts: ``n_hypotheses`` per configured prompt."""

@@ -52,7 +52,7 @@ from collections import Counter
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 
 from langchain_core.caches import BaseCache
 from langchain_core.language_models import BaseChatModel, BaseLanguageModel
@@ -141,7 +141,7 @@ def sample_keys(prompts: list[str]) -> list[str]:
     return keys
 
 
-def llm_identity(llm: BaseLanguageModel) -> str:
+def llm_identity(llm: BaseLanguageModel[Any]) -> str:
     """The LLM's parameter string (model, temperature, ...), as LangChain's cache uses."""
     getter = getattr(llm, "_get_llm_string", None)
     return getter() if callable(getter) else repr(llm)
@@ -152,7 +152,7 @@ def is_setup_error(exc: BaseException) -> bool:
     return isinstance(exc, _SETUP_ERRORS) or is_configuration_error(exc)
 
 
-def _uncached(llm: BaseLanguageModel) -> BaseLanguageModel:
+def _uncached(llm: BaseLanguageModel[Any]) -> BaseLanguageModel[Any]:
     """The LLM without its own cache, and generating without streaming its tokens.
 
     A passage is used only once complete, and streamed tokens would reach
@@ -171,7 +171,7 @@ def _text(output: Any) -> str:
     return strip_reasoning(text)
 
 
-def _model_name(llm: BaseLanguageModel) -> str:
+def _model_name(llm: BaseLanguageModel[Any]) -> str:
     for attr in ("resolved_model_name", "model_name", "model"):
         value = getattr(llm, attr, None)
         if isinstance(value, str) and value:
@@ -179,7 +179,7 @@ def _model_name(llm: BaseLanguageModel) -> str:
     return type(llm).__name__
 
 
-def _fallback(reason: str, llm: BaseLanguageModel, prompts: list[str]) -> str:
+def _fallback(reason: str, llm: BaseLanguageModel[Any], prompts: list[str]) -> str:
     count = len(prompts)
     logger.warning(
         "HyDE fell back to the plain query (%d %s for %s): %s",
@@ -191,12 +191,12 @@ def _fallback(reason: str, llm: BaseLanguageModel, prompts: list[str]) -> str:
     return reason
 
 
-def _describe(exc: BaseException, llm: BaseLanguageModel) -> str:
+def _describe(exc: BaseException, llm: BaseLanguageModel[Any]) -> str:
     described = describe_endpoint_error(exc, llm, role="hypothesis")
     return str(described) if described is not None else f"{type(exc).__name__}: {exc}"
 
 
-def _raise_setup_error(exc: BaseException, llm: BaseLanguageModel) -> None:
+def _raise_setup_error(exc: BaseException, llm: BaseLanguageModel[Any]) -> None:
     if isinstance(exc, _SETUP_ERRORS):
         raise exc
     described = describe_endpoint_error(exc, llm, role="hypothesis")
@@ -210,7 +210,7 @@ def _raise_setup_error(exc: BaseException, llm: BaseLanguageModel) -> None:
 
 
 def _assemble(
-    llm: BaseLanguageModel,
+    llm: BaseLanguageModel[Any],
     prompts: list[str],
     cached: list[str | None],
     results: list[Any],
@@ -262,7 +262,9 @@ def _assemble(
     return Hypotheses(kept, prompts, messages, cache_hits=hits, fallback=reason, failed=len(errors))
 
 
-def _to_cache(keys: list[str], cached: list[str | None], results: list[Any]) -> list[tuple]:
+def _to_cache(
+    keys: list[str], cached: list[str | None], results: list[Any]
+) -> list[tuple[Any, ...]]:
     """The (key, generations) pairs worth caching: fresh, usable outputs only."""
     missing = [key for key, hit in zip(keys, cached, strict=True) if hit is None]
     entries = []
@@ -276,7 +278,7 @@ def _to_cache(keys: list[str], cached: list[str | None], results: list[Any]) -> 
     return entries
 
 
-def _call_kwargs(llm: BaseLanguageModel, timeout: float | None) -> dict[str, Any]:
+def _call_kwargs(llm: BaseLanguageModel[Any], timeout: float | None) -> dict[str, Any]:
     """Per-request options: remote OpenAI-style models get ``timeout`` as HTTP timeout."""
     if timeout is None:
         return {}
@@ -412,14 +414,8 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-def _run_in_threads(
-    llm: BaseLanguageModel,
-    prompts: list[str],
-    config: RunnableConfig | None,
-    timeout: float | None,
-    scope: CancelScope,
-) -> _Round:
-    """Invoke ``llm`` on each prompt in daemon threads, until the round is over.
+def _run_in_threads(job: _Job) -> _Round:
+    """Invoke the writer on each prompt left in daemon threads, until the round is over.
 
     LangChain's ``batch`` runs on a thread pool whose workers the interpreter joins at
     exit, so a call abandoned on timeout would hold the process until it ends; these
@@ -427,6 +423,7 @@ def _run_in_threads(
     tracing and ``collect_runs`` see the calls, and under ``scope``, so a cancel stops
     local generations and unsent prompts.
     """
+    llm, prompts, config, timeout, scope = job.round_settings()
     configs = get_config_list(config, len(prompts))
     kwargs = _call_kwargs(llm, timeout)
     round_ = _Round(len(prompts), scope)
@@ -452,19 +449,14 @@ def _run_in_threads(
     return round_
 
 
-async def _run_as_tasks(
-    llm: BaseLanguageModel,
-    prompts: list[str],
-    config: RunnableConfig | None,
-    timeout: float | None,
-    scope: CancelScope,
-) -> _Round:
-    """Await ``llm`` on each prompt in asyncio tasks, until the round is over.
+async def _run_as_tasks(job: _Job) -> _Round:
+    """Await the writer on each prompt left in asyncio tasks, until the round is over.
 
     The tasks run under ``scope``, in copies of the caller's context; those still
     running when the round is over are cancelled (a local generation stops, a remote
     request is dropped).
     """
+    llm, prompts, config, timeout, scope = job.round_settings()
     configs = get_config_list(config, len(prompts))
     kwargs = _call_kwargs(llm, timeout)
     round_ = _Round(len(prompts), scope)
@@ -491,19 +483,85 @@ async def _run_as_tasks(
     return round_
 
 
-def _timed_out(llm: BaseLanguageModel, prompts: list[str], timeout: float | None) -> Hypotheses:
-    reason = f"timeout after {timeout}s"
-    return Hypotheses([], prompts, fallback=_fallback(reason, llm, prompts))
+class WriteOptions(TypedDict, total=False):
+    """The options of `write_hypotheses` and `awrite_hypotheses`."""
+
+    config: RunnableConfig | None
+    """The LangChain config of the calls (callbacks, tags, ``max_concurrency``)."""
+    timeout: float | None
+    """Seconds to wait for the passages (None: no limit)."""
+    cache: BaseCache | None
+    """Passages already written, by prompt and sample (see the module docstring)."""
+    config_errors: ConfigErrors
+    """``raise`` (the default) or ``fallback`` on a configuration error."""
+
+
+@dataclass
+class _Job:
+    """One call's prompts: what the cache held, what is left to write, the result.
+
+    `write_hypotheses` and `awrite_hypotheses` differ only in how they wait (threads or
+    tasks, a cache's sync or async methods); the rest is here.
+    """
+
+    llm: BaseLanguageModel[Any]
+    prompts: list[str]
+    options: WriteOptions
+    keys: list[str] = field(init=False)
+    llm_string: str = field(init=False)
+    cached: list[str | None] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.keys = sample_keys(self.prompts)
+        self.llm_string = llm_identity(self.llm)
+        self.cached = [None] * len(self.prompts)
+
+    @property
+    def cache(self) -> BaseCache | None:
+        """The cache asked first (None: every prompt is sent)."""
+        return self.options.get("cache")
+
+    def found(self, generations: list[Any]) -> None:
+        """What the cache gave for each key (nothing: none)."""
+        self.cached = [_cached_text(g) for g in generations]
+
+    @property
+    def todo(self) -> list[str]:
+        """The prompts the cache did not answer."""
+        return [p for p, hit in zip(self.prompts, self.cached, strict=True) if hit is None]
+
+    def round_settings(
+        self,
+    ) -> tuple[BaseLanguageModel[Any], list[str], RunnableConfig | None, float | None, CancelScope]:
+        """The round's writer (its own cache bypassed), prompts left, config, timeout, scope.
+
+        The scope is a new one for this call's generations, inside the caller's.
+        """
+        scope = CancelScope(parent=current_scope())
+        options = self.options
+        return _uncached(self.llm), self.todo, options.get("config"), options.get("timeout"), scope
+
+    def to_cache(self, round_: _Round) -> list[tuple[str, list[Generation]]]:
+        """The fresh outputs worth caching (none after a timeout or without a cache)."""
+        if self.cache is None or round_.timed_out:
+            return []
+        return _to_cache(self.keys, self.cached, round_.results)
+
+    def result(self, round_: _Round | None) -> Hypotheses:
+        """The hypotheses: from the cache and ``round_``'s outputs, or the timeout's fallback."""
+        errors = self.options.get("config_errors", "raise")
+        if round_ is None:
+            return _assemble(self.llm, self.prompts, self.cached, [], errors)
+        if round_.timed_out:
+            reason = f"timeout after {self.options.get('timeout')}s"
+            return Hypotheses([], self.prompts, fallback=_fallback(reason, self.llm, self.prompts))
+        return _assemble(
+            self.llm, self.prompts, self.cached, round_.results, errors, round_.cancelled
+        )
 
 
 def write_hypotheses(
-    llm: BaseLanguageModel,
-    prompts: list[str],
-    *,
-    config: RunnableConfig | None = None,
-    timeout: float | None = None,
-    cache: BaseCache | None = None,
-    config_errors: ConfigErrors = "raise",
+    llm: BaseLanguageModel[Any], prompts: list[str], **options: Unpack[WriteOptions]
 ) -> Hypotheses:
     """Generate one passage per prompt (cache first), concurrently, within ``timeout``.
 
@@ -511,51 +569,30 @@ def write_hypotheses(
     for a broken local model) on a configuration error unless ``config_errors`` is
     ``"fallback"``; transient failures fall back (see the module docstring).
     """
-    keys = sample_keys(prompts)
-    llm_string = llm_identity(llm)
-    cached = [
-        _cached_text(cache.lookup(k, llm_string)) if cache is not None else None for k in keys
-    ]
-    todo = [p for p, hit in zip(prompts, cached, strict=True) if hit is None]
-    if not todo:
-        return _assemble(llm, prompts, cached, [], config_errors)
-    scope = CancelScope(parent=current_scope())
-    round_ = _run_in_threads(_uncached(llm), todo, config, timeout, scope)
-    if round_.timed_out:
-        return _timed_out(llm, prompts, timeout)
-    if cache is not None:
-        for key, generations in _to_cache(keys, cached, round_.results):
-            cache.update(key, llm_string, generations)
-    return _assemble(llm, prompts, cached, round_.results, config_errors, round_.cancelled)
+    job = _Job(llm, prompts, options)
+    if job.cache is not None:
+        job.found([job.cache.lookup(key, job.llm_string) for key in job.keys])
+    round_ = None
+    if job.todo:
+        round_ = _run_in_threads(job)
+        for key, generations in job.to_cache(round_):
+            job.cache.update(key, job.llm_string, generations)  # type: ignore[union-attr]
+    return job.result(round_)
 
 
 async def awrite_hypotheses(
-    llm: BaseLanguageModel,
-    prompts: list[str],
-    *,
-    config: RunnableConfig | None = None,
-    timeout: float | None = None,
-    cache: BaseCache | None = None,
-    config_errors: ConfigErrors = "raise",
+    llm: BaseLanguageModel[Any], prompts: list[str], **options: Unpack[WriteOptions]
 ) -> Hypotheses:
     """Async `write_hypotheses`: the N generations are awaited together."""
-    keys = sample_keys(prompts)
-    llm_string = llm_identity(llm)
-    cached = [
-        _cached_text(await cache.alookup(k, llm_string)) if cache is not None else None
-        for k in keys
-    ]
-    todo = [p for p, hit in zip(prompts, cached, strict=True) if hit is None]
-    if not todo:
-        return _assemble(llm, prompts, cached, [], config_errors)
-    scope = CancelScope(parent=current_scope())
-    round_ = await _run_as_tasks(_uncached(llm), todo, config, timeout, scope)
-    if round_.timed_out:
-        return _timed_out(llm, prompts, timeout)
-    if cache is not None:
-        for key, generations in _to_cache(keys, cached, round_.results):
-            await cache.aupdate(key, llm_string, generations)
-    return _assemble(llm, prompts, cached, round_.results, config_errors, round_.cancelled)
+    job = _Job(llm, prompts, options)
+    if job.cache is not None:
+        job.found([await job.cache.alookup(key, job.llm_string) for key in job.keys])
+    round_ = None
+    if job.todo:
+        round_ = await _run_as_tasks(job)
+        for key, generations in job.to_cache(round_):
+            await job.cache.aupdate(key, job.llm_string, generations)  # type: ignore[union-attr]
+    return job.result(round_)
 
 
 def _cached_text(generations: Any) -> str | None:

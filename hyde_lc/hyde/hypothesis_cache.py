@@ -120,7 +120,7 @@ class HypothesisCache(BaseCache):
             return self._connection
         return sqlite3.connect(self.path, timeout=30)
 
-    def _run(self, sql: str, params: tuple = ()) -> list[tuple]:
+    def _run(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
             db = self._connect()
             try:

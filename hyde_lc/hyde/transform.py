@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from langchain_core.caches import BaseCache
@@ -40,8 +40,8 @@ from langchain_core.language_models import BaseLanguageModel
 from langchain_core.prompts import BasePromptTemplate
 from langchain_core.runnables import RunnableConfig
 
-from hyde_lc.core.fusion import FUSION_MODES, concat_text, fuse_mean, similar_enough
-from hyde_lc.errors import InvalidSettingError
+from hyde_lc.core.fusion import FUSION_MODES, Fused, concat_text, fuse_mean, similar_enough
+from hyde_lc.errors import InvalidQueryError, InvalidSettingError
 from hyde_lc.hyde.hypotheses import ConfigErrors, Hypotheses, awrite_hypotheses, write_hypotheses
 from hyde_lc.hyde.prompts import DEFAULT_PROMPT, get_prompt
 
@@ -56,8 +56,48 @@ MAX_HYPOTHESES = 64
 """The most hypotheses per prompt: generation cost grows with each one (about 2-10 s each
 on 2 cores with the default local writer), and their mean stops moving long before."""
 
-PromptSetting = str | list[str] | BasePromptTemplate
+PromptSetting = str | list[str] | BasePromptTemplate[Any]
 """A prompt name, ``{question}`` template or LangChain template, or a list of them."""
+
+
+# -- the query ------------------------------------------------------------------------
+
+
+MAX_QUERY_CHARS = 4000
+"""Longest query used as-is: about 1,000 tokens of English, so the hypothesis prompt and
+the answer prompt stay well inside a 4,096-token local context window."""
+
+
+def clip_query(query: str, max_chars: int | None = MAX_QUERY_CHARS) -> tuple[str, str | None]:
+    """Check a query and cut it to ``max_chars``; returns the query and a note if it was cut.
+
+    Raises `InvalidQueryError` for an empty query, or for anything that is not a string
+    (saying what was given instead).
+
+    Example:
+        >>> clip_query("x" * 5000)[1]
+        "query truncated from 5000 to 4000 characters to fit the models' context windows"
+
+    """
+    if not isinstance(query, str):
+        hint = (
+            " (a dict: pass the question text itself, e.g. retriever.invoke(inputs['question']),"
+            " or map it in LCEL with itemgetter('question') | retriever)"
+            if isinstance(query, dict)
+            else ""
+        )
+        raise InvalidQueryError(f"the query must be a string, got {type(query).__name__}{hint}")
+    if not query.strip():
+        raise InvalidQueryError(
+            f"the query is empty ({query!r}): pass the text of a question to search for"
+        )
+    if max_chars is None or len(query) <= max_chars:
+        return query, None
+    note = (
+        f"query truncated from {len(query)} to {max_chars} characters to fit the models' "
+        "context windows"
+    )
+    return query[:max_chars], note
 
 
 # -- what the steps return ---------------------------------------------------------------
@@ -87,25 +127,6 @@ class Embedded:
         if self.query_vector is not None and len(self.vectors) == self.hypotheses:
             return [query, *self.texts]
         return list(self.texts)
-
-
-@dataclass
-class Fused:
-    """What `HyDETransform.fuse` made of `Embedded`: the dense search vector(s)."""
-
-    vectors: list[list[float]]
-    """One vector (mean, concat, no hypotheses), or one per ranking to fuse (rrf)."""
-    weights: list[float] | None = None
-    """The weights of the fused texts ([query, *hypotheses]; None: equal): of the mean,
-    or of each ranking in reciprocal rank fusion."""
-    dropped: int = 0
-    """Hypotheses left out by ``min_similarity``."""
-    kept: list[int] | None = None
-    """Positions of the hypotheses the gate kept (None: no gate applied, all of them)."""
-
-    def kept_texts(self, hypotheses: Sequence[str]) -> list[str]:
-        """The hypotheses that took part: the lexical query uses these, as the dense one."""
-        return list(hypotheses) if self.kept is None else [hypotheses[i] for i in self.kept]
 
 
 # -- the settings' checks, shared with the classes that carry them as fields --------------
@@ -143,6 +164,15 @@ def check_prompt(value: Any) -> Any:
         raise InvalidSettingError("prompt needs at least one prompt name or template")
     for item in items:
         get_prompt(item)  # raises naming the valid names, or the template's variable
+    return value
+
+
+def check_max_query_chars(value: int | None) -> int | None:
+    """``value`` if it is None or at least 1 (characters of a query used as-is)."""
+    if value is not None and value < 1:
+        raise InvalidSettingError(
+            f"max_query_chars must be at least 1 (or None for no limit), got {value}"
+        )
     return value
 
 
@@ -203,7 +233,7 @@ class HyDETransform:
     """
 
     embeddings: Embeddings
-    llm: BaseLanguageModel | None = None
+    llm: BaseLanguageModel[Any] | None = None
     prompt: PromptSetting = DEFAULT_PROMPT
     n_hypotheses: int = 1
     hypothesis_length: int | None = None
@@ -222,6 +252,16 @@ class HyDETransform:
     the query is fused (``mean`` or ``rrf`` with ``include_query``)."""
     min_similarity: float | None = None
     """Adaptive HyDE: hypotheses less similar (cosine) to the query are left out."""
+
+    @classmethod
+    def from_fields(cls, owner: Any, embeddings: Embeddings, **given: Any) -> HyDETransform:
+        """A transform with the settings ``owner`` has under the same names, and ``given``.
+
+        What ``owner`` (a retriever, an embeddings object) does not have keeps its default.
+        """
+        names = {f.name for f in fields(cls)} - {"embeddings", *given}
+        found = {name: getattr(owner, name) for name in names if hasattr(owner, name)}
+        return cls(embeddings, **found, **given)
 
     def __post_init__(self) -> None:
         check_fusion(self.fusion)
@@ -248,33 +288,36 @@ class HyDETransform:
         rendered = [get_prompt(n).render(query, self.hypothesis_length) for n in names]
         return [p for p in rendered for _ in range(self.n_hypotheses)]
 
+    def _writing(
+        self, query: str, config: RunnableConfig | None
+    ) -> tuple[BaseLanguageModel[Any], list[str], dict[str, Any]] | None:
+        """The writer, its prompts and the options for ``query`` (None: nothing is written)."""
+        if not self.writes:
+            return None
+        assert self.llm is not None  # checked when made
+        options = {
+            "config": config,
+            "timeout": self.timeout,
+            "cache": self.cache,
+            "config_errors": self.config_errors,
+        }
+        return self.llm, self.build_prompts(query), options
+
     def write(self, query: str, config: RunnableConfig | None = None) -> Hypotheses:
         """Step 1: write the hypotheses (concurrently, cache first, within ``timeout``)."""
-        if not self.writes:
+        request = self._writing(query, config)
+        if request is None:
             return Hypotheses([], [])
-        assert self.llm is not None  # checked when made
-        return write_hypotheses(
-            self.llm,
-            self.build_prompts(query),
-            config=config,
-            timeout=self.timeout,
-            cache=self.cache,
-            config_errors=self.config_errors,
-        )
+        llm, prompts, options = request
+        return write_hypotheses(llm, prompts, **options)
 
     async def awrite(self, query: str, config: RunnableConfig | None = None) -> Hypotheses:
         """Async `write`: the generations are awaited together."""
-        if not self.writes:
+        request = self._writing(query, config)
+        if request is None:
             return Hypotheses([], [])
-        assert self.llm is not None
-        return await awrite_hypotheses(
-            self.llm,
-            self.build_prompts(query),
-            config=config,
-            timeout=self.timeout,
-            cache=self.cache,
-            config_errors=self.config_errors,
-        )
+        llm, prompts, options = request
+        return await awrite_hypotheses(llm, prompts, **options)
 
     # -- step 2: embeddings ------------------------------------------------------------
 

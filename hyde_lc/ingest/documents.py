@@ -22,6 +22,7 @@ Chroma cannot store (a dict, an empty list), or one id given to two different Do
 
 Example:
     >>> from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
     >>> from hyde_lc import ingest_documents, open_store
     >>> store = open_store("/tmp/my-store")  # doctest: +SKIP
     >>> docs = [Document("Fresnel lenses", metadata={"source": "notes.txt"})]
@@ -41,22 +42,14 @@ from typing import Any
 import numpy as np
 from langchain_chroma import Chroma
 from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
 from tqdm.auto import tqdm
 
 from hyde_lc.errors import IngestError
 from hyde_lc.ingest.files import FileResult, IngestReport, Status, check_counts
-from hyde_lc.store.chroma import (
-    SEQ,
-    check_embeddings,
-    embedding_dimension,
-    ensure_writable,
-    iter_pages,
-    max_write,
-    prepare_write,
-    present_ids,
-    server_lost_as_error,
-)
+from hyde_lc.store.chroma_collection import SEQ, embedding_dimension
 from hyde_lc.store.collection import HybridCollection, Write
+from hyde_lc.store.location import server_lost_as_error
 
 __all__ = ["document_chunk_id", "ingest_documents"]
 
@@ -101,12 +94,13 @@ def ingest_documents(
     running meanwhile may see part of it. Returns one `FileResult` per source (status
     ``added``, ``replaced`` or ``unchanged``), in the order the sources first appear.
     """
-    embeddings = store.embeddings
+    hybrid = HybridCollection.of(store)
+    chroma, embeddings = hybrid.chroma, hybrid.embeddings
     if embeddings is None:
         raise IngestError("the store has no embedding function; open it with open_store()")
     check_counts(batch_size=batch_size)
-    ensure_writable(store)
-    check_embeddings(store, embeddings)
+    chroma.ensure_writable()
+    chroma.check_embeddings(embeddings)
     groups = _by_source(list(documents))
     if not groups:
         return IngestReport([])
@@ -116,11 +110,11 @@ def ingest_documents(
     results: dict[str, FileResult] = {}
     with (
         server_lost_as_error(store, resume),
-        HybridCollection.of(store).writing() as write,
+        hybrid.writing() as write,
         tqdm(total=total, unit="chunk", desc="embedding", disable=not progress) as bar,
     ):
-        prepare_write(store, embedding_dimension(embeddings))
-        limit = max_write(store)
+        chroma.prepare_write(embeddings, embedding_dimension(embeddings))
+        limit = chroma.max_write()
         size = min(limit, batch_size)
         batch: list[_SourcePlan] = []
         queued = 0  # chunks in the batch
@@ -229,13 +223,13 @@ def _plan_source(
     write: Write, source: str, chunks: dict[str, Document], replace: bool, bar: tqdm
 ) -> _SourcePlan:
     """What one source's chunks need: the reads, before any write of this source."""
-    store = write.owner.store
+    chroma = write.owner.chroma
     ids = list(chunks)
     existing: set[str] = set()
     if replace and source != NO_SOURCE:
-        for page in iter_pages(store, {"source": source}, include=()):
+        for page in chroma.pages({"source": source}, include=()):
             existing.update(str(i) for i in page["ids"])
-    held = present_ids(store, ids)
+    held = chroma.present_ids(ids)
     present, stored_keys = _unchanged(write, chunks, held)
     bar.update(len(present))
     missing = [chunks[i] for i in ids if i not in present]
@@ -252,7 +246,7 @@ def _upsert(
     keys = {id_: k for plan in plans for id_, k in plan.stored_keys.items()}
     write.upsert(
         [str(d.id) for d in docs],
-        _embed(write.owner.store, docs, batch_size, bar),
+        _embed(write.owner.embeddings, docs, batch_size, bar),
         # Chroma merges a record's metadata on upsert: a key dropped is set to None
         [{**dict.fromkeys(keys.get(str(d.id), ())), **d.metadata} for d in docs],
         [d.page_content for d in docs],
@@ -283,7 +277,7 @@ def _unchanged(
     if not held:
         return same, keys
     wanted = sorted(held)
-    step = max_write(write.owner.store)
+    step = write.owner.chroma.max_write()
     for start in range(0, len(wanted), step):
         got = write.collection.get(
             ids=wanted[start : start + step], include=["documents", "metadatas"]
@@ -303,15 +297,12 @@ def _as_stored(meta: dict[str, Any]) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in meta.items()}
 
 
-def _embed(store: Chroma, docs: list[Document], batch_size: int, bar: tqdm) -> np.ndarray:
-    assert store.embeddings is not None
+def _embed(embeddings: Embeddings, docs: list[Document], batch_size: int, bar: tqdm) -> np.ndarray:
     parts = []
     for start in range(0, len(docs), batch_size):
         batch = docs[start : start + batch_size]
         parts.append(
-            np.asarray(
-                store.embeddings.embed_documents([d.page_content for d in batch]), np.float32
-            )
+            np.asarray(embeddings.embed_documents([d.page_content for d in batch]), np.float32)
         )
         bar.update(len(batch))
     return np.concatenate(parts)

@@ -28,7 +28,7 @@ Searches never see part of a document. A document of up to one Chroma write (5,4
 chunks embedded, about 4 MB of text at the default chunk size) is written in one call,
 so whole or not at all; consecutive small documents share one embedding pass and one
 write (up to ``batch_size`` chunks), each still whole or not at all. A larger one is
-written in several calls while marked pending (`hyde_lc.store.chroma.visible_where`): searches
+written in several calls while marked pending (`ChromaCollection.set_pending`): searches
 see its previous version, if any, until the new one is complete, then the new one only.
 Each call is a checkpoint: after a kill or a failure, ingesting the same file again
 embeds only the chunks not yet written.
@@ -72,6 +72,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 from tqdm.auto import tqdm
 
+from hyde_lc.core.chunks import chunk_id
 from hyde_lc.core.language import english_only_warning, is_english_only_model
 from hyde_lc.errors import IngestError
 from hyde_lc.ingest.reading import (
@@ -94,25 +95,10 @@ from hyde_lc.ingest.reading import (
 )
 from hyde_lc.ingest.splitting import default_chunk_size, make_splitter
 from hyde_lc.models.loading import embedding_model_id
-from hyde_lc.search.stores import chunk_id
-from hyde_lc.store.chroma import (
-    DOC_VERSION,
-    check_embeddings,
-    collection_name,
-    embedding_dimension,
-    ensure_writable,
-    has_collection,
-    has_records,
-    iter_pages,
-    max_write,
-    pending_versions,
-    prepare_write,
-    present_ids,
-    server_lost_as_error,
-    store_folder,
-)
+from hyde_lc.store.chroma_collection import DOC_VERSION, ChromaCollection, embedding_dimension
 from hyde_lc.store.collection import HybridCollection, Write
 from hyde_lc.store.disk_space import NoSpaceError, check_free, no_space_as_error, space_needed
+from hyde_lc.store.location import server_lost_as_error
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +144,7 @@ class Chunk:
 
     id: str
     text: str
-    metadata: dict
+    metadata: dict[str, Any]
 
 
 @dataclass
@@ -420,11 +406,12 @@ def ingest_paths(
     ``warnings`` (and the ``hyde_lc`` logger, once per call) say how to ingest it into a
     multilingual collection.
     """
-    embeddings = store.embeddings
+    hybrid = HybridCollection.of(store)
+    chroma, embeddings = hybrid.chroma, hybrid.embeddings
     if embeddings is None:
         raise IngestError("the store has no embedding function; open it with open_store()")
-    ensure_writable(store)
-    check_embeddings(store, embeddings)
+    chroma.ensure_writable()
+    chroma.check_embeddings(embeddings)
     model = embedding_model_id(embeddings)
     resolve_chunking("latin", model, chunk_size, chunk_overlap)  # bad settings fail first
     check_counts(batch_size=batch_size, max_write=max_write)
@@ -441,8 +428,8 @@ def ingest_paths(
         limits.check_chunks(source.path, count)
         sources.append((source, count))
     skipped = [_skipped(item) for item in found.skipped]
-    warnings = _language_warnings(store, model, [s for s, count in sources if count])
-    if not any(count for _, count in sources) and not has_collection(store):
+    warnings = _language_warnings(chroma.name, model, [s for s, count in sources if count])
+    if not any(count for _, count in sources) and chroma.existing() is None:
         empty = [_empty(source, kept=False) for source, _ in sources]
         return IngestReport(empty + skipped, warnings)
     settings = _Settings(model, chunk_size, chunk_overlap, batch_size, progress, max_write)
@@ -454,8 +441,8 @@ def ingest_paths(
     )
     with (
         server_lost_as_error(store, resume),
-        no_space_as_error(store_folder(store)),
-        HybridCollection.of(store).writing() as write,
+        no_space_as_error(chroma.folder),
+        hybrid.writing() as write,
     ):
         written = _write_documents(write, sources, embeddings, settings)
     return IngestReport(written + skipped, warnings)
@@ -481,7 +468,7 @@ def check_counts(**counts: int | None) -> None:
             )
 
 
-def _language_warnings(store: Chroma, model: str, sources: list[TextSource]) -> list[str]:
+def _language_warnings(collection: str, model: str, sources: list[TextSource]) -> list[str]:
     """One warning (logged once) when an English-only model is given other scripts."""
     if not is_english_only_model(model):
         return []
@@ -489,9 +476,7 @@ def _language_warnings(store: Chroma, model: str, sources: list[TextSource]) -> 
     if not unreadable:
         return []
     first = unreadable[0]
-    warning = english_only_warning(
-        model, first.sample, source=first.source, collection=collection_name(store)
-    )
+    warning = english_only_warning(model, first.sample, source=first.source, collection=collection)
     if warning is None:  # the sample's judgement differs from the whole document's
         return []
     if len(unreadable) > 1:
@@ -560,12 +545,12 @@ class _Plan:
         return self.count - self.current
 
 
-def _plan(store: Chroma, source: TextSource, count: int, settings: _Settings) -> _Plan:
+def _plan(chroma: ChromaCollection, source: TextSource, count: int, settings: _Settings) -> _Plan:
     """Sort the chunks the collection holds of ``source``'s file (read in pages)."""
     name, doc_id = source.source, source.doc_id
     size, overlap = settings.chunking(source.script)
     plan = _Plan(source, count, doc_version(name, doc_id, size, overlap), size, overlap)
-    for page in iter_pages(store, {"source": name}):
+    for page in chroma.pages({"source": name}):
         for id_, meta in zip(page["ids"], page["metadatas"] or [], strict=True):
             meta = meta or {}
             plan.existing += 1
@@ -588,9 +573,9 @@ def _write_documents(
     settings: _Settings,
 ) -> list[FileResult]:
     """Bring each file's chunks in the collection to its document (one `Write`)."""
-    store = write.owner.store
+    chroma = write.owner.chroma
     pending = _prune_pending(write)
-    plans = [_plan(store, source, count, settings) for source, count in sources]
+    plans = [_plan(chroma, source, count, settings) for source, count in sources]
     for plan in plans:
         plan.pending = plan.version in pending
     to_embed = sum(plan.missing for plan in plans if plan.count)
@@ -598,9 +583,9 @@ def _write_documents(
         dimension = embedding_dimension(embeddings)
         chars = sum(plan.missing * plan.chunk_size for plan in plans if plan.count)
         # Before embedding: a disk without room refuses now, not after minutes of work.
-        check_free(store_folder(store), space_needed(to_embed, dimension, chars, 700 * to_embed))
-        prepare_write(store, dimension)
-    limit = min(settings.max_write or 10**9, max_write(store))
+        check_free(chroma.folder, space_needed(to_embed, dimension, chars, 700 * to_embed))
+        chroma.prepare_write(embeddings, dimension)
+    limit = min(settings.max_write or 10**9, chroma.max_write())
     results: dict[int, FileResult] = {}  # by id() of the plan: files keep their order
     logged = 0
     quiet = not settings.progress or not to_embed  # nothing to embed: no empty bar
@@ -682,9 +667,9 @@ class _Group:
 
 def _prune_pending(write: Write) -> set[str]:
     """Drop pending versions with no chunks left (a run killed before its first write)."""
-    store = write.owner.store
-    pending = pending_versions(store)
-    gone = [v for v in pending if not has_records(store, {DOC_VERSION: v})]
+    chroma = write.owner.chroma
+    pending = chroma.pending()
+    gone = [v for v in pending if not chroma.has_records({DOC_VERSION: v})]
     if gone:
         write.set_pending(remove=gone)
     return set(pending) - set(gone)
@@ -763,9 +748,8 @@ def _write_group(
     """
     if not members:
         return []
-    store = write.owner.store
     resumed = [c.id for plan, chunks in members if plan.current for c in chunks]
-    present = present_ids(store, resumed) if resumed else set()
+    present = write.owner.chroma.present_ids(resumed) if resumed else set()
     missing = [[c for c in chunks if c.id not in present] for _, chunks in members]
     to_write = [c for chunks in missing for c in chunks]
     try:
@@ -824,10 +808,10 @@ def _write_in_parts(
         write.set_pending(add=[plan.version])
         plan.pending = True
     embedded = 0
-    store = write.owner.store
+    chroma = write.owner.chroma
     try:
         for group in _groups(chunks, limit):
-            present = present_ids(store, [c.id for c in group]) if plan.current else set()
+            present = chroma.present_ids([c.id for c in group]) if plan.current else set()
             missing = [c for c in group if c.id not in present]
             if missing:
                 _write(write, missing, _embed(missing, embeddings, settings.batch_size, bar))

@@ -36,27 +36,31 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Literal
 
-from langchain_core.callbacks import (
-    AsyncCallbackManagerForRetrieverRun,
-    CallbackManagerForRetrieverRun,
-)
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig
-from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStore
-from pydantic import field_validator, model_validator
+from pydantic import PrivateAttr, field_validator, model_validator
 
-from hyde_lc.core.chunks import RetrievedChunk
+from hyde_lc.core.chunks import chunk_id
 from hyde_lc.core.language import is_cjk
 from hyde_lc.errors import InvalidSettingError
-from hyde_lc.retrievers.hyde import DetailedRetriever, HyDEResult, valid_k
-from hyde_lc.search.lexical import list_chunks
-from hyde_lc.search.stores import chunk_id, chunks_around, documents_by_id, is_chroma, store_size
+from hyde_lc.retrievers.base import (
+    DetailedRetriever,
+    HyDEResult,
+    Plan,
+    Step,
+    TopK,
+    retrieved,
+    valid_k,
+)
+from hyde_lc.search.backend import SearchBackend, backend_for
 
 logger = logging.getLogger(__name__)
 
@@ -184,34 +188,21 @@ class Siblings:
         >>> store = InMemoryVectorStore(DeterministicFakeEmbedding(size=8))
         >>> meta = [{"source": "a.txt", "start_index": i * 5} for i in range(3)]
         >>> ids = store.add_texts(["one.", "two.", "three"], metadatas=meta)
-        >>> window = Siblings(store).window(store.get_by_ids(ids[1:2])[0], 1, 1)
+        >>> siblings = Siblings(backend_for(store, "off"))
+        >>> window = siblings.window(store.get_by_ids(ids[1:2])[0], 1, 1)
         >>> window.start, window.end, len(window.siblings)
         (0, 2, 3)
 
     """
 
-    def __init__(self, vectorstore: Any) -> None:
-        self.vectorstore = vectorstore
+    def __init__(self, backend: SearchBackend) -> None:
+        self.backend = backend
         self._by_source: dict[str, list[Document] | None] = {}
 
     def _of_source(self, source: str) -> list[Document] | None:
         if source not in self._by_source:
-            self._by_source[source] = self._list(source)
+            self._by_source[source] = self.backend.source_chunks(source)
         return self._by_source[source]
-
-    def _list(self, source: str) -> list[Document] | None:
-        if is_chroma(self.vectorstore):
-            got = self.vectorstore.get(where={"source": source}, include=["documents", "metadatas"])
-            return [
-                Document(text or "", metadata=dict(meta or {}), id=id_)
-                for id_, text, meta in zip(
-                    got["ids"], got["documents"], got["metadatas"], strict=True
-                )
-            ]
-        listed = list_chunks(self.vectorstore)
-        if listed is None:
-            return None
-        return [d for d in listed if str(d.metadata.get("source")) == source]
 
     def window(self, hit: Document, before: int, after: int) -> Window:
         """The window around ``hit`` among its parent's chunks (or a noted one)."""
@@ -221,7 +212,7 @@ class Siblings:
         if chunks is None:
             return _noted(
                 hit,
-                f"{type(self.vectorstore).__name__} cannot list a document's chunks, and "
+                f"{type(self.backend.vectorstore).__name__} cannot list a document's chunks, and "
                 "these chunks lack hyde_lc's ids (chunk_size, chunk_overlap, doc_id) to read "
                 "them by. Use Chroma, InMemoryVectorStore or FAISS, or ingest with hyde_lc",
             )
@@ -467,7 +458,7 @@ class NeighborExpandingRetriever(DetailedRetriever):
     """Finds the hits (any retriever over chunks ingested by hyde_lc)."""
     vectorstore: VectorStore | None = None
     """Where neighbours are read; defaults to the base retriever's ``vectorstore``."""
-    k: int = 4
+    k: TopK = 4
     """Windows returned; ``invoke(q, k=N)`` overrides it per call."""
     window: int = 1
     """Neighbours on each side (used where ``before``/``after`` are not given)."""
@@ -482,10 +473,7 @@ class NeighborExpandingRetriever(DetailedRetriever):
     candidates: int | None = None
     """Base hits requested per call (default 3 x k), so merged windows still make k."""
 
-    @field_validator("k")
-    @classmethod
-    def _check_k(cls, value: int) -> int:
-        return valid_k(value)
+    _backend: SearchBackend = PrivateAttr()
 
     @field_validator("window")
     @classmethod
@@ -504,7 +492,7 @@ class NeighborExpandingRetriever(DetailedRetriever):
                     f"from, and this {type(self.base_retriever).__name__} does not say which: "
                     "pass vectorstore=STORE (the store you built the base retriever on)"
                 )
-            self.vectorstore = found
+            self.__dict__["vectorstore"] = found
         for name in ("candidates", "max_chars"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -513,6 +501,9 @@ class NeighborExpandingRetriever(DetailedRetriever):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise InvalidSettingError(f"{name} must be 0 or more, got {value}")
+        store = self.vectorstore
+        assert store is not None  # resolved above
+        self._backend = backend_for(store, "off")
         return self
 
     @property
@@ -538,18 +529,17 @@ class NeighborExpandingRetriever(DetailedRetriever):
         Chunks ingested by hyde_lc carry what their ids derive from (`chunk_id`), so the
         windows are read by id: a key lookup, about 5x faster than a metadata filter in
         Chroma (BENCHMARKS.md, "Speed"), and possible in any store that reads by id. Older
-        Chroma collections are read by position (`hyde_lc.store.chroma.chunks_around`). None when
+        Chroma collections are read by position (`SearchBackend.chunks_around`). None when
         neither works: this store cannot give neighbours.
         """
-        assert self.vectorstore is not None
         ids = window_ids(windows)
         if ids is not None:
-            got = documents_by_id(self.vectorstore, list(dict.fromkeys(ids)))
-        elif is_chroma(self.vectorstore):
+            got: list[Document] | None = self._backend.documents(list(dict.fromkeys(ids)))
+        else:
             indexes = sorted({i for w in windows for i in range(w.start, w.end + 1)})
             doc_ids = [str(w.doc_id) for w in windows] if all(w.doc_id for w in windows) else None
-            got = chunks_around(self.vectorstore, [w.source for w in windows], doc_ids, indexes)
-        else:
+            got = self._backend.chunks_around([w.source for w in windows], doc_ids, indexes)
+        if got is None:
             return None
         by_source: dict[str, list[Document]] = {}
         for doc in got:
@@ -662,8 +652,7 @@ class NeighborExpandingRetriever(DetailedRetriever):
         windows = select_windows(hits, k, *self.span, siblings)
         if len(windows) >= k or len(hits) < request:
             return windows
-        assert self.vectorstore is not None
-        size = store_size(self.vectorstore)  # only read when needed
+        size = self._backend.size()  # only read when needed
         return windows if size is not None and request >= size else None
 
     # -- the retrieval ----------------------------------------------------------------------
@@ -677,77 +666,44 @@ class NeighborExpandingRetriever(DetailedRetriever):
         base = self.base_retriever
         return base.for_repeated_calls() if isinstance(base, DetailedRetriever) else base
 
-    def _round(self, base: BaseRetriever, query: str, config: RunnableConfig, n: int) -> HyDEResult:
-        if isinstance(base, DetailedRetriever):
-            return base.retrieve_with_details(query, config, k=n)
-        return HyDEResult(query, [], base.invoke(query, config, k=n), label=self.label)
-
-    async def _around(
+    def _round(
         self, base: BaseRetriever, query: str, config: RunnableConfig, n: int
-    ) -> HyDEResult:
+    ) -> Step[HyDEResult]:
+        """One search of the base for ``n`` hits, with its details when it gives them."""
         if isinstance(base, DetailedRetriever):
-            return await base.aretrieve_with_details(query, config, k=n)
-        return HyDEResult(query, [], await base.ainvoke(query, config, k=n), label=self.label)
+            detailed = base
+            return Step(
+                lambda: detailed.retrieve_with_details(query, config, k=n),
+                lambda: detailed.aretrieve_with_details(query, config, k=n),
+            )
 
-    def gather(
-        self, fetch: Callable[[int], Sequence[Document]], k: int | None = None
-    ) -> list[Document]:
-        """Expand hits from ``fetch(n)`` (n ranked hits), asking for more until k windows."""
-        k = k or self.k
-        request = self.candidates or 3 * k
-        siblings = Siblings(self.vectorstore)  # a document's chunks listed once per call
-        while True:
-            hits = list(fetch(request))
-            windows = self._enough(hits, request, k, siblings)
-            if windows is not None:
-                return self._materialise(windows, hits, k, siblings)
-            request *= 2
+        async def found() -> HyDEResult:
+            return HyDEResult(query, [], await base.ainvoke(query, config, k=n), label=self.label)
 
-    async def agather(
-        self, fetch: Callable[[int], Awaitable[Sequence[Document]]], k: int | None = None
-    ) -> list[Document]:
-        """Async `gather`: ``fetch(n)`` is awaited; store reads run in the executor."""
-        k = k or self.k
-        request = self.candidates or 3 * k
-        siblings = Siblings(self.vectorstore)
-        while True:
-            hits = list(await fetch(request))
-            windows = await run_in_executor(None, self._enough, hits, request, k, siblings)
-            if windows is not None:
-                return await run_in_executor(None, self._materialise, windows, hits, k, siblings)
-            request *= 2
+        return Step(
+            lambda: HyDEResult(query, [], base.invoke(query, config, k=n), label=self.label),
+            found,
+        )
 
-    def _retrieve(
+    def _plan(
         self, query: str, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
-    ) -> HyDEResult:
+    ) -> Plan[HyDEResult]:
+        """Ask the base for hits until they make k windows; read and join the windows."""
         k = valid_k(kwargs.get("k", self.k))
         config = RunnableConfig(callbacks=run_manager.get_child("neighbors.base"))
         base = self._base()
         rounds: list[HyDEResult] = []
-
-        def fetch(n: int) -> list[Document]:
-            rounds.append(self._round(base, query, config, n))
-            return rounds[-1].documents
-
         start = time.perf_counter()
-        windows = self.gather(fetch, k)
-        return self._details(rounds, windows, query, time.perf_counter() - start)
-
-    async def _aretrieve(
-        self, query: str, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
-    ) -> HyDEResult:
-        k = valid_k(kwargs.get("k", self.k))
-        config = RunnableConfig(callbacks=run_manager.get_child("neighbors.base"))
-        base = self._base()
-        rounds: list[HyDEResult] = []
-
-        async def fetch(n: int) -> list[Document]:
-            rounds.append(await self._around(base, query, config, n))
-            return rounds[-1].documents
-
-        start = time.perf_counter()
-        windows = await self.agather(fetch, k)
-        return self._details(rounds, windows, query, time.perf_counter() - start)
+        request = self.candidates or 3 * k
+        siblings = Siblings(self._backend)  # a document's chunks listed once per call
+        while True:
+            rounds.append((yield self._round(base, query, config, request)))
+            hits = list(rounds[-1].documents)
+            windows = yield Step(partial(self._enough, hits, request, k, siblings))
+            if windows is not None:
+                docs = yield Step(partial(self._materialise, windows, hits, k, siblings))
+                return self._details(rounds, docs, query, time.perf_counter() - start)
+            request *= 2
 
     def _details(
         self, rounds: list[HyDEResult], windows: list[Document], query: str, seconds: float
@@ -764,7 +720,7 @@ class NeighborExpandingRetriever(DetailedRetriever):
         timings["expansion_s"] = max(0.0, seconds - sum(timings.values()))
         return replace(
             first,
-            documents=[RetrievedChunk.of(window) for window in windows],
+            documents=retrieved(windows),
             label=self.label,
             timings=timings,
             embedded_texts=[t for r in rounds for t in r.embedded_texts],

@@ -15,9 +15,9 @@ step of its pipeline (``feedback=...``), on either side of a hybrid search:
   query with a share ``weight`` of its total weight (`expand_query`), so the original
   terms keep theirs.
 
-Both are pure functions of the first ranking; reading the chunks' vectors is
-`chunk_vectors` (Chroma, ``InMemoryVectorStore``, or a store with a ``vectors_by_id``
-method).
+Both are pure functions of the first ranking; the chunks' vectors are read through the
+store's search backend (`hyde_lc.search.backend.SearchBackend.vectors`: Chroma,
+``InMemoryVectorStore``, or a store with a ``vectors_by_id`` method).
 
 Example:
     >>> rocchio([1.0, 0.0], [[0.0, 1.0]], beta=0.5)
@@ -40,7 +40,7 @@ from typing import Any, Literal
 import numpy as np
 
 from hyde_lc.errors import InvalidSettingError
-from hyde_lc.search.lexical import analyze
+from hyde_lc.store.lexical_index import analyze
 
 FeedbackMode = Literal["off", "dense", "lexical", "both"]
 FEEDBACK_MODES: tuple[str, ...] = ("off", "dense", "lexical", "both")
@@ -68,7 +68,7 @@ def check_feedback(
     mode: Any, docs: Any, vector_weight: Any, terms: Any, term_weight: Any
 ) -> FeedbackMode:
     """The feedback settings, checked; `InvalidSettingError` saying what to pass."""
-    check_feedback_mode(mode)
+    checked: FeedbackMode = check_feedback_mode(mode)
     for name, value in (("feedback_docs", docs), ("feedback_terms", terms)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidSettingError(f"{name} must be a whole number of at least 1, got {value!r}")
@@ -81,7 +81,7 @@ def check_feedback(
                 f"{name} must lie in [0, 1) (the feedback's share; 0 changes nothing), "
                 f"got {value!r}"
             )
-    return mode
+    return checked
 
 
 def _unit(rows: Any) -> np.ndarray:
@@ -162,44 +162,6 @@ def expand_query(
     for term, p in expansion.items():
         out[term] = out.get(term, 0.0) + scale * p
     return Counter(out)
-
-
-def chunk_vectors(vectorstore: Any, ids: Sequence[str]) -> list[list[float]]:
-    """The stored vectors of these chunks (those found), for dense feedback.
-
-    Chroma through ``get(include=["embeddings"])``, ``InMemoryVectorStore`` from its
-    records, any other store through a ``vectors_by_id(ids)`` method; `InvalidSettingError`
-    for a store that cannot return vectors.
-    """
-    if not ids:
-        return []
-    from hyde_lc.search.stores import is_chroma
-
-    if is_chroma(vectorstore):
-        from hyde_lc.store.state import raw_get
-
-        got = raw_get(vectorstore, ids=list(ids), include=["embeddings"])
-        rows = got.get("embeddings")
-        stored = dict(zip(got["ids"], list(rows) if rows is not None else [], strict=True))
-        return [[float(x) for x in stored[i]] for i in ids if i in stored]
-    own = getattr(vectorstore, "vectors_by_id", None)
-    if callable(own):
-        return [list(map(float, row)) for row in own(list(ids)) if row is not None]
-    held = getattr(vectorstore, "store", None)  # InMemoryVectorStore's records
-    if isinstance(held, dict):
-        return [list(map(float, held[i]["vector"])) for i in ids if i in held]
-    raise InvalidSettingError(feedback_needs_vectors(vectorstore))
-
-
-def returns_vectors(vectorstore: Any) -> bool:
-    """Whether `chunk_vectors` can read this store's vectors."""
-    from hyde_lc.search.stores import is_chroma
-
-    return (
-        is_chroma(vectorstore)
-        or callable(getattr(vectorstore, "vectors_by_id", None))
-        or isinstance(getattr(vectorstore, "store", None), dict)
-    )
 
 
 def feedback_needs_vectors(vectorstore: Any) -> str:

@@ -10,16 +10,19 @@ The second unit of `hyde_lc.HyDERetriever`'s query path (the first is
 
 The lexical search needs only texts, so `HybridSearch.start_lexical` starts it in the
 background as soon as they are known, and `HybridSearch.search` joins it with the dense
-side. Over a Chroma collection the dense side reads ids and scores only; the texts of the
-chunks that make the final ranking are read afterwards in one request.
+side. Every read of the store goes through its search backend
+(`hyde_lc.search.backend.backend_for`): over a Chroma collection the dense side reads ids
+and scores only, and the texts of the chunks that make the final ranking are read
+afterwards in one request.
 
 Example:
     >>> from langchain_core.embeddings import DeterministicFakeEmbedding
     >>> from langchain_core.vectorstores import InMemoryVectorStore
-    >>> from hyde_lc.hyde.transform import Fused
+    >>> from hyde_lc.core.fusion import Fused
+    >>> from hyde_lc.search.backend import backend_for
     >>> emb = DeterministicFakeEmbedding(size=8)
     >>> store = InMemoryVectorStore.from_texts(["lenses", "towers"], emb)
-    >>> docs = HybridSearch(store).search(Fused([emb.embed_query("lenses")]), 1)
+    >>> docs = HybridSearch(backend_for(store, "off")).search(Fused([emb.embed_query("lenses")]), 1)
     >>> docs[0].page_content
     'lenses'
 
@@ -32,23 +35,16 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from langchain_core.documents import Document
-from langchain_core.vectorstores import VectorStore
 
-from hyde_lc.core.fusion import HYBRID_FUSIONS, reciprocal_rank_fusion, score_fusion
+from hyde_lc.core.chunks import chunk_key, with_metadata
+from hyde_lc.core.fusion import HYBRID_FUSIONS, Fused, reciprocal_rank_fusion, score_fusion
 from hyde_lc.errors import InvalidSettingError
-from hyde_lc.hyde.transform import Fused
-from hyde_lc.search.lexical import DEFAULT_QUERY_REPEATS, LexicalSearch, lexical_query
-from hyde_lc.search.stores import (
-    is_chroma,
-    mmr_search,
-    scored_search,
-    vector_search,
-    with_metadata,
-)
+from hyde_lc.search.backend import SearchBackend
+from hyde_lc.store.lexical_index import DEFAULT_QUERY_REPEATS, lexical_query
 
 HybridFusion = Literal["score", "rrf"]
 
@@ -82,7 +78,7 @@ def check_hybrid_fusion(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class HybridSearch:
-    """Dense search over ``vectorstore``, fused with ``lexical`` (None: dense only).
+    """Dense search through ``backend``, fused with its lexical side (if it has one).
 
     Every Document's ``metadata["score"]`` is its score in the final ranking (cosine
     relevance when dense only); with a lexical side, ``dense_score`` and ``lexical_score``
@@ -92,13 +88,14 @@ class HybridSearch:
     Example:
         >>> from langchain_core.embeddings import DeterministicFakeEmbedding
         >>> from langchain_core.vectorstores import InMemoryVectorStore
-        >>> HybridSearch(InMemoryVectorStore(DeterministicFakeEmbedding(size=4))).lexical is None
+        >>> from hyde_lc.search.backend import backend_for
+        >>> store = InMemoryVectorStore(DeterministicFakeEmbedding(size=4))
+        >>> HybridSearch(backend_for(store, "off")).lexical_side is None
         True
 
     """
 
-    vectorstore: VectorStore
-    lexical: LexicalSearch | None = None
+    backend: SearchBackend
     search_kwargs: dict[str, Any] = field(default_factory=dict)
     """Passed to the dense search; its ``filter`` also narrows the lexical search."""
     search_type: Literal["similarity", "mmr"] = "similarity"
@@ -110,6 +107,13 @@ class HybridSearch:
     """Candidates taken from each list before the hybrid fusion."""
     rrf_candidates: int = 20
     """With several search vectors: how deep each separate dense ranking goes."""
+
+    @classmethod
+    def from_fields(cls, owner: Any, backend: SearchBackend, **given: Any) -> HybridSearch:
+        """A search with the settings ``owner`` has under the same names, and ``given``."""
+        names = {f.name for f in fields(cls)} - {"backend", *given}
+        found = {name: getattr(owner, name) for name in names if hasattr(owner, name)}
+        return cls(backend, **found, **given)
 
     def __post_init__(self) -> None:
         check_hybrid_fusion(self.hybrid_fusion)
@@ -123,9 +127,9 @@ class HybridSearch:
                 raise InvalidSettingError(f"{shown} must be at least 1, got {getattr(self, name)}")
 
     @property
-    def lexical_side(self) -> LexicalSearch | None:
+    def lexical_side(self) -> Any:
         """The lexical search in force (None: dense only, also under MMR)."""
-        return self.lexical if self.search_type == "similarity" else None
+        return self.backend.lexical_side if self.search_type == "similarity" else None
 
     def lexical_weights(self, query: str, hypotheses: Sequence[str]) -> Counter[str]:
         """The BM25 query's term weights: the question repeated, plus the hypotheses."""
@@ -144,13 +148,12 @@ class HybridSearch:
         ``weights`` replaces the query's own term weights (`lexical_weights`), e.g. with
         feedback's expansion terms added (`hyde_lc.search.feedback.expand_query`).
         """
-        lexical = self.lexical_side
-        if lexical is None:
+        if self.lexical_side is None:
             return None
         if weights is None:
             weights = self.lexical_weights(query, hypotheses)
         where = self.search_kwargs.get("filter")
-        return in_background(lexical.search, weights, max(k, self.candidates), where)
+        return in_background(self.backend.lexical_hits, weights, max(k, self.candidates), where)
 
     def search(
         self,
@@ -168,12 +171,11 @@ class HybridSearch:
         """
         if lexical_hits is None:
             lexical_hits = self.start_lexical(query, hypotheses, k)
-        lexical = self.lexical_side
-        if lexical_hits is None or lexical is None:
+        if lexical_hits is None or self.lexical_side is None:
             return self._dense(fused, k)
         with settled(lexical_hits):
             scored, docs = self._dense_candidates(fused, max(k, self.candidates))
-        return self._fuse(scored, docs, lexical_hits.result(), k, lexical)
+        return self._fuse(scored, docs, lexical_hits.result(), k)
 
     # -- the dense side ----------------------------------------------------------------
 
@@ -192,14 +194,7 @@ class HybridSearch:
             return [(chunk_key(d), d.metadata.get("score")) for d in hits], {
                 chunk_key(d): d for d in hits
             }
-        vector = fused.vectors[0]
-        if is_chroma(self.vectorstore) and not set(self.search_kwargs) - {"filter"}:
-            from hyde_lc.store import chroma as store
-
-            where = self.search_kwargs.get("filter")  # pending versions: left out by vector_hits
-            return store.vector_hits(self.vectorstore, vector, depth, where), {}  # type: ignore[arg-type]
-        pairs = scored_search(self.vectorstore, vector, depth, self.search_kwargs)
-        return [(chunk_key(d), score) for d, score in pairs], {chunk_key(d): d for d, _ in pairs}
+        return self.backend.dense_candidates(fused.vectors[0], depth, self.search_kwargs)
 
     def _dense(self, fused: Fused, k: int) -> list[Document]:
         """One search, or the reciprocal rank fusion of several (``rrf``)."""
@@ -222,8 +217,8 @@ class HybridSearch:
 
     def _search_one(self, vector: list[float], k: int) -> list[Document]:
         if self.search_type == "mmr":
-            return mmr_search(self.vectorstore, vector, k, self.search_kwargs)
-        return vector_search(self.vectorstore, vector, k, self.search_kwargs)
+            return self.backend.mmr(vector, k, self.search_kwargs)
+        return self.backend.scored(vector, k, self.search_kwargs)
 
     # -- the fusion --------------------------------------------------------------------
 
@@ -233,7 +228,6 @@ class HybridSearch:
         dense_docs: dict[str, Document],
         lexical_hits: list[tuple[str, float]],
         k: int,
-        lexical: LexicalSearch,
     ) -> list[Document]:
         """Fuse the two lists; chunks not already read are read now, best first.
 
@@ -256,7 +250,7 @@ class HybridSearch:
         while len(out) < k and start < len(ranked):
             batch = ranked[start : start + width]
             unread = [key for key, _ in batch if key not in dense_docs]
-            read = {chunk_key(d): d for d in lexical.documents(unread)} if unread else {}
+            read = {chunk_key(d): d for d in self.backend.found_documents(unread)} if unread else {}
             for key, score in batch:
                 found = dense_docs.get(key) or read.get(key)
                 if found is None:
@@ -293,8 +287,3 @@ def settled(pending: Future[Any] | None) -> Iterator[None]:
         if pending is not None:
             pending.cancel()
         raise
-
-
-def chunk_key(doc: Document) -> str:
-    """A chunk's identity in a ranking: its id, else its text."""
-    return str(doc.id) if doc.id else doc.page_content

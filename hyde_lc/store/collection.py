@@ -2,7 +2,7 @@
 
 Every write to a hyde_lc collection (ingestion, replacing or removing a document, and
 LangChain's ``add_texts`` / ``add_documents`` / ``update_documents`` / ``delete`` on
-`hyde_lc.store.chroma.HydeChroma`) goes through `HybridCollection.writing`, which:
+`hyde_lc.store.vectorstore.HydeChroma`) goes through `HybridCollection.writing`, which:
 
 * holds one lock per collection (a file lock beside an embedded store, so other
   processes wait; a process-wide lock for a Chroma server, whose collections take one
@@ -24,8 +24,9 @@ index that is missing, damaged, of another layout, or whose collection changed o
 hyde_lc (the chunk count, read every `COUNT_CHECK_S` seconds, disagrees while no write is
 under way) is rebuilt in a new folder beside the old one and switched to in one rename,
 so a query never meets an empty or half-built index. A document being written in parts
-(its `hyde_lc.store.chroma.DOC_VERSION` listed as pending) is never returned until it is whole:
-a winner written after the state a search used makes it read the state again.
+(its `hyde_lc.store.chroma_collection.DOC_VERSION` listed as pending) is never returned
+until it is whole: a winner written after the state a search used makes it read the state
+again.
 
 A change made outside hyde_lc that keeps the count (another program deleting one chunk and
 adding another with chromadb, or rewriting a chunk's text in place) is found by the
@@ -50,6 +51,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -57,7 +59,6 @@ import sys
 import threading
 import time
 import uuid
-import weakref
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -66,13 +67,27 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
 
 from hyde_lc.core.locks import file_lock, is_locked
 from hyde_lc.core.settings import env_float
-from hyde_lc.errors import InvalidSettingError
-from hyde_lc.search.lexical import LexicalIndex, LexicalSearch, chunk_digest, read_state
-from hyde_lc.store import chroma as chroma
-from hyde_lc.store import disk_space as disk_space
+from hyde_lc.errors import InvalidSettingError, StoreError
+from hyde_lc.models.weights import cache_dir
+from hyde_lc.store import disk_space
+from hyde_lc.store.chroma_collection import (
+    DOC_VERSION,
+    META_FEED_FLOOR,
+    META_WRITING,
+    SEQ,
+    ChromaCollection,
+    head_of,
+    paged,
+    pending_in,
+    seq_of,
+    user_metadata,
+)
+from hyde_lc.store.lexical_index import LexicalIndex, chunk_digest, read_state
+from hyde_lc.store.location import LOCK_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +109,10 @@ it would hold to apply them are bounded by this)."""
 CURRENT_FILE = "CURRENT"
 """In an index's base folder: the name of the index folder in use."""
 _PAGE = 1000
-SEQ_KEY = chroma.SEQ
+Where = dict[str, Any] | None
+"""A Chroma ``where`` filter (None: every chunk)."""
+LEXICAL_FOLDER = "hyde_lc_lexical"
+"""In an embedded store's folder: one lexical index per collection."""
 
 
 def refresh_interval() -> float:
@@ -180,7 +198,7 @@ class Write:
         """
         if not self.touched:
             self.collection  # noqa: B018 - created (model recorded) before the mark
-            chroma.set_metadata_value(self.owner.store, chroma.META_WRITING, self.seq)
+            self.owner.chroma.set_value(META_WRITING, self.seq)
             self.touched = True
 
     @property
@@ -200,15 +218,9 @@ class Write:
         """Write records in one Chroma call (one transaction): all of them or none."""
         self._put("upsert", ids, vectors, metadatas, documents)
 
-    def update(
-        self,
-        ids: Sequence[str],
-        vectors: Any,
-        metadatas: Sequence[dict[str, Any] | None],
-        documents: Sequence[str],
-    ) -> None:
-        """Change existing records (Chroma's ``update``) in one call."""
-        self._put("update", ids, vectors, metadatas, documents)
+    def update(self, *records: Any) -> None:
+        """Change existing records (Chroma's ``update``) in one call; arguments as `upsert`."""
+        self._put("update", *records)
 
     def _put(
         self,
@@ -218,8 +230,8 @@ class Write:
         metadatas: Sequence[dict[str, Any] | None],
         documents: Sequence[str],
     ) -> None:
-        stamped = [{**(meta or {}), chroma.SEQ: self.seq} for meta in metadatas]
-        folder = chroma.store_folder(self.owner.store)
+        stamped = [{**(meta or {}), SEQ: self.seq} for meta in metadatas]
+        folder = self.owner.chroma.folder
         dimension = len(vectors[0]) if len(vectors) else 0
         disk_space.check_room(folder, len(ids), dimension, documents, stamped)
         self._begin()
@@ -280,7 +292,7 @@ class Write:
         """Delete records by id: logged in the feed first, then deleted."""
         if not ids:
             return
-        size = batch or chroma.max_write(self.owner.store)
+        size = batch or self.owner.chroma.max_write()
         for start in range(0, len(ids), size):
             part = [str(i) for i in ids[start : start + size]]
             self._begin()
@@ -290,23 +302,18 @@ class Write:
 
     def delete_where(self, where: dict[str, Any]) -> None:
         """Delete every record matching ``where``."""
-        ids = [
-            str(i)
-            for page in chroma.iter_pages(self.owner.store, where, include=())
-            for i in page["ids"]
-        ]
+        ids = [str(i) for page in self.owner.chroma.pages(where, include=()) for i in page["ids"]]
         self.delete(ids)
 
     def set_pending(self, add: Iterable[str] = (), remove: Iterable[str] = ()) -> list[str]:
         """Change the versions searches leave out, in one metadata write."""
         self._begin()
-        after = chroma.set_pending(self.owner.store, add=add, remove=remove)
+        after = self.owner.chroma.set_pending(add=add, remove=remove)
         self.owner.forget_snapshot()
         return after
 
 
-_BY_STORE: weakref.WeakKeyDictionary[Any, HybridCollection] = weakref.WeakKeyDictionary()
-_BY_STORE_LOCK = threading.Lock()
+_PROCESS_LOCK = threading.Lock()
 _SERVER_LOCKS: dict[str, threading.RLock] = {}
 """One writer at a time per server collection within this process."""
 _DAMAGED: set[str] = set()
@@ -321,60 +328,82 @@ over it, so that a write through one is seen at once through the others)."""
 
 
 class HybridCollection:
-    """A hyde_lc collection with its lexical index: the one write path, and the lexical side.
+    """A hyde_lc collection with its lexical index: the one write path, and both search sides.
 
-    Get one with `HybridCollection.of(store)` (one per store object). See the module
-    docstring for how the two indexes stay in step.
+    Made by `hyde_lc.store.vectorstore.open_store` with the store it returns (one per
+    store object; `HybridCollection.of(store)` finds it): a `ChromaCollection` and the
+    embeddings its vectors are made with. See the module docstring for how the two
+    indexes stay in step.
 
     Example:
         >>> from hyde_lc import open_store
         >>> store = open_store()  # doctest: +SKIP
-        >>> hybrid = HybridCollection.of(store)  # held weakly: keep the store  # doctest: +SKIP
+        >>> hybrid = HybridCollection.of(store)  # doctest: +SKIP
         >>> hybrid.search(lexical_query("Fresnel"), k=3)  # doctest: +SKIP
 
     """
 
-    def __init__(self, store: Any) -> None:
-        self._store = weakref.ref(store)  # the store holds this object, not the reverse
-        where = chroma.store_folder(store) or chroma.server_url(store) or f"memory:{id(store)}"
-        self._key = f"{where}\0{chroma.collection_name(store)}"
+    def __init__(self, chroma: ChromaCollection, embeddings: Embeddings) -> None:
+        self.chroma = chroma
+        """The Chroma collection: its client, records and metadata."""
+        self.embeddings = embeddings
+        """The embeddings queries and writes are embedded with."""
+        where = chroma.folder or chroma.server
+        self._key = f"{where}\0{chroma.name}"
         self._base: Path | None = None
         self._counted_at: float | None = None
         self._audit_check_at = 0.0
         self._refresh_lock = threading.RLock()
         self._index: LexicalIndex | None = None
         self._index_name: str | None = None
-
-    @property
-    def store(self) -> Any:
-        """The LangChain Chroma store this collection is written and read through."""
-        found = self._store()
-        if found is None:
-            raise RuntimeError("the store of this hybrid collection was garbage-collected")
-        return found
+        self.released = False
+        """Set when the store that owns this collection is let go (background work stops)."""
 
     @classmethod
     def of(cls, store: Any) -> HybridCollection:
-        """The hybrid collection behind ``store`` (made once per store object)."""
-        with _BY_STORE_LOCK:
-            found = _BY_STORE.get(store)
-            if found is None:
-                found = _BY_STORE[store] = cls(store)
-            return found
+        """The hybrid collection behind a store opened by `hyde_lc.open_store`."""
+        found = getattr(store, "hybrid", None)
+        if not isinstance(found, HybridCollection):
+            raise StoreError(
+                "hyde_lc writes through a store opened by hyde_lc.open_store(...) (for a "
+                "collection on a Chroma server: open_store(url=..., collection=...)); "
+                "langchain-chroma's Chroma gives no public access to the collection it writes"
+            )
+        return found
+
+    def release(self) -> None:
+        """The owning store was let go: a background audit still running ends quietly."""
+        self.released = True
 
     # -- the collection ------------------------------------------------------------------
 
     def chroma_collection(self, create: bool = False) -> Any:
         """The chromadb collection (None if it does not exist and ``create`` is False)."""
         if create:
-            return chroma.prepare_write(self.store)
-        return chroma.existing_collection(self.store)
+            return self.chroma.prepare_write(self.embeddings)
+        return self.chroma.existing()
 
     @property
     def base(self) -> Path | None:
-        """The folder holding this collection's lexical index folders (None: no index)."""
+        """The folder holding this collection's lexical index folders (None: no index).
+
+        Beside the collection in a writable store folder; for a Chroma server or a
+        read-only folder, in this machine's cache (``$HYDE_LC_CACHE_DIR/lexical``), keyed
+        by where the collection lives, and kept current from the collection like any
+        other. None for a collection not built by hyde_lc (it records no model).
+        """
         if self._base is None:
-            self._base = chroma.lexical_folder(self.store)
+            collection = self.chroma.existing()
+            if collection is None or not self.chroma.records_model():
+                return None
+            name = f"{collection.name}-{collection.id}"
+            folder = self.chroma.writable_folder
+            if folder is not None:
+                self._base = folder / LEXICAL_FOLDER / name
+            else:
+                where = self.chroma.server or str(self.chroma.folder)
+                key = hashlib.sha256(where.encode("utf-8")).hexdigest()[:12]
+                self._base = cache_dir() / "lexical" / f"{key}-{name}"
         return self._base
 
     @property
@@ -414,15 +443,15 @@ class HybridCollection:
         collection = self.chroma_collection()
         if collection is None:
             return Snapshot(0, (), None, 0, time.monotonic())
-        metadata = chroma.fresh_metadata(self.store)
+        metadata = self.chroma.fresh_metadata()
         now = time.monotonic()
         count = -1  # not read this time
         if self._counted_at is None or now - self._counted_at >= COUNT_CHECK_S:
             count, self._counted_at = int(collection.count()), now
         return Snapshot(
-            head=int(metadata.get(chroma.META_HEAD) or 0),
-            pending=tuple(chroma.pending_in(metadata)),
-            writing=_int_or_none(metadata.get(chroma.META_WRITING)),
+            head=head_of(metadata),
+            pending=tuple(pending_in(metadata)),
+            writing=_int_or_none(metadata.get(META_WRITING)),
             count=count,
             read_at=now,
         )
@@ -450,15 +479,29 @@ class HybridCollection:
 
     @contextmanager
     def _write_lock(self) -> Iterator[None]:
-        folder = chroma.store_folder(self.store)
+        """Be the only writer of the collection while the block runs (processes and threads).
+
+        Embedded Chroma is not process-safe: two processes writing one folder at once
+        corrupt its vector index. So writers take an exclusive lock on ``hyde_lc.lock`` in
+        the folder (creating the folder), and anyone else waits for it; the operating
+        system releases it when its holder exits or is killed, so a crash never leaves it
+        stuck. Once the lock is held, this process's view of the folder is read afresh
+        (`ChromaCollection.reopen`), so the write builds on what other processes wrote. A
+        Chroma server orders concurrent writes itself: one writer per collection within
+        this process.
+        """
+        folder = self.chroma.folder
         if folder is not None:
-            with chroma.write_lock(self.store):
+            self.chroma.ensure_writable()
+            folder.mkdir(parents=True, exist_ok=True)
+            with file_lock(folder / LOCK_FILE, waiting_note=f"{folder} is being written"):
+                self.chroma.reopen()
                 yield
             return
-        key = chroma.server_url(self.store) or "memory"
-        name = chroma.collection_name(self.store) or ""
-        with _BY_STORE_LOCK:
-            lock = _SERVER_LOCKS.setdefault(f"{key}/{name}", threading.RLock())
+        with _PROCESS_LOCK:
+            lock = _SERVER_LOCKS.setdefault(
+                f"{self.chroma.server}/{self.chroma.name}", threading.RLock()
+            )
         with lock:
             yield
 
@@ -467,35 +510,35 @@ class HybridCollection:
         collection = self.chroma_collection()
         if collection is None:
             return 0, 0
-        metadata = chroma.fresh_metadata(self.store)
-        head = int(metadata.get(chroma.META_HEAD) or 0)
-        past = {SEQ_KEY: {"$gt": head}}
+        metadata = self.chroma.fresh_metadata()
+        head = head_of(metadata)
+        past = {SEQ: {"$gt": head}}
         latest = head
         feed = self.feed(create=False)
         if feed is not None:
             logged = feed.get(where=past, include=["metadatas"])
             if logged["ids"]:
                 when = {
-                    str((m or {}).get("chunk_id")): int((m or {})[SEQ_KEY])
+                    str((m or {}).get("chunk_id")): int((m or {})[SEQ])
                     for m in logged["metadatas"] or []
                 }
                 ids = list(when)
-                step = chroma.max_write(self.store)
+                step = self.chroma.max_write()
                 for start in range(0, len(ids), step):  # the deletions it had logged, done
                     part = ids[start : start + step]
                     found = collection.get(ids=part, include=["metadatas"])
                     gone = [  # a chunk written again by that write (or later) stays
                         i
                         for i, meta in zip(found["ids"], found["metadatas"] or [], strict=True)
-                        if _seq(dict(meta or {})) < when[str(i)]
+                        if seq_of(dict(meta or {})) < when[str(i)]
                     ]
                     if gone:
                         collection.delete(ids=gone)
                 latest = max(latest, *when.values())
         stray = collection.get(where=past, include=["metadatas"], limit=_PAGE)
         for meta in stray["metadatas"] or []:
-            latest = max(latest, int((meta or {}).get(SEQ_KEY, 0)))
-        if latest != head or metadata.get(chroma.META_WRITING) is not None:
+            latest = max(latest, int((meta or {}).get(SEQ, 0)))
+        if latest != head or metadata.get(META_WRITING) is not None:
             logger.info("finishing an interrupted write to the collection (write %d)", latest)
             latest = max(latest, head + 1)
         return latest, head
@@ -504,7 +547,7 @@ class HybridCollection:
         if self.chroma_collection() is None:
             return
         if write.touched:
-            chroma.set_head(self.store, write.seq)
+            self.chroma.set_head(write.seq)
             self.forget_snapshot()
             if write.seq % FEED_TRIM_EVERY == 0:
                 self._trim_feed(write.seq - FEED_KEEP_WRITES)
@@ -568,17 +611,17 @@ class HybridCollection:
         feed = self.feed(create=False)
         if feed is None or floor <= 0:
             return
-        chroma.set_metadata_value(self.store, META_FEED_FLOOR, floor)  # first: never a gap
-        feed.delete(where={SEQ_KEY: {"$lte": floor}})
+        self.chroma.set_value(META_FEED_FLOOR, floor)  # first: never a gap
+        feed.delete(where={SEQ: {"$lte": floor}})
 
     def feed(self, create: bool) -> Any:
         """The companion collection logging deletions (None if missing and not created)."""
-        client = chroma.client_of(self.store)
-        name = feed_name(chroma.collection_name(self.store) or "")
+        client = self.chroma.client()
+        name = feed_name(self.chroma.name)
         if create:
             return client.get_or_create_collection(
                 name,
-                metadata={"hyde_lc_feed_of": chroma.collection_name(self.store)},
+                metadata={"hyde_lc_feed_of": self.chroma.name},
                 embedding_function=None,  # records carry a one-number vector; none embedded
             )
         try:
@@ -592,22 +635,20 @@ class HybridCollection:
         feed.upsert(
             ids=[f"{seq}:{i}" for i in ids],
             embeddings=[[1.0]] * len(ids),
-            metadatas=[{SEQ_KEY: seq, "chunk_id": i} for i in ids],
+            metadatas=[{SEQ: seq, "chunk_id": i} for i in ids],
         )
 
-    def changes_since(self, cursor: int) -> tuple[list[str], list[tuple[str, str, dict]]]:
+    def changes_since(self, cursor: int) -> tuple[list[str], list[tuple[str, str, dict[str, Any]]]]:
         """Chunk ids deleted, and chunks written, after write ``cursor`` (read in pages)."""
-        past = {SEQ_KEY: {"$gt": cursor}}
+        past = {SEQ: {"$gt": cursor}}
         deleted: list[str] = []
         feed = self.feed(create=False)
         if feed is not None:
-            for page in chroma.collection_pages(feed, past, ("metadatas",), _PAGE):
+            for page in paged(feed.get, past, ("metadatas",), _PAGE):
                 deleted.extend(str((m or {}).get("chunk_id")) for m in page["metadatas"] or [])
         added = [
             (str(i), text or "", dict(meta or {}))
-            for page in chroma.iter_pages(
-                self.store, past, ("documents", "metadatas"), page_size=_PAGE
-            )
+            for page in self.chroma.pages(past, ("documents", "metadatas"), page_size=_PAGE)
             for i, text, meta in zip(
                 page["ids"], page["documents"] or [], page["metadatas"] or [], strict=True
             )
@@ -617,7 +658,7 @@ class HybridCollection:
         if deleted and collection is not None:
             # A writer killed between logging a deletion and doing it left the chunk in
             # Chroma: it stays in the index too (the next writer deletes both).
-            step = chroma.max_write(self.store)
+            step = self.chroma.max_write()
             still = {
                 str(i)
                 for start in range(0, len(deleted), step)
@@ -669,8 +710,9 @@ class HybridCollection:
     def sync(self, max_age: float | None = None) -> LexicalIndex | None:
         """The lexical index, brought up to the collection's head if it is behind."""
         snap = self.snapshot(max_age)
-        # The folder in use is looked up again at each state read (`_after_refresh`).
-        index = self._index or self._open_index()
+        # The folder in use is looked up again at each state read (`_after_refresh`); an
+        # index already open is used as it is (`LexicalIndex.__len__` would reload it).
+        index = self._index if self._index is not None else self._open_index()
         if index is not None and self._fresh(index, snap):
             return index
         if self.chroma_collection() is None or self.base is None:
@@ -718,7 +760,7 @@ class HybridCollection:
                 logger.warning(
                     "%s: the lexical index holds %d chunks and the collection %d: the "
                     "collection was changed outside hyde_lc; rebuilding the index",
-                    chroma.collection_name(self.store),
+                    self.chroma.name,
                     len(index),
                     snap.count,
                 )
@@ -727,7 +769,10 @@ class HybridCollection:
             self.rebuild()
 
     def _apply(
-        self, index: LexicalIndex, added: Sequence[tuple[str, str, dict]], deleted: Sequence[str]
+        self,
+        index: LexicalIndex,
+        added: Sequence[tuple[str, str, dict[str, Any]]],
+        deleted: Sequence[str],
     ) -> bool:
         """Apply changes; False if the index failed (damaged, e.g. by a kill mid-commit)."""
         try:
@@ -744,10 +789,10 @@ class HybridCollection:
         server has no such lock: a write past ``head`` that has begun counts as under way
         until it finishes, or until the next write finishes it if it was killed.
         """
-        folder = chroma.store_folder(self.store)
+        folder = self.chroma.folder
         if folder is not None:
-            return is_locked(folder / chroma.LOCK_FILE)
-        past = {SEQ_KEY: {"$gt": head}}
+            return is_locked(folder / LOCK_FILE)
+        past = {SEQ: {"$gt": head}}
         collection = self.chroma_collection()
         if collection is not None and collection.get(where=past, limit=1, include=[])["ids"]:
             return True
@@ -759,8 +804,8 @@ class HybridCollection:
         index = self._open_index()
         if index is not None:
             index.reload()  # another process may have caught it up meanwhile
-        metadata = chroma.fresh_metadata(self.store)
-        head = int(metadata.get(chroma.META_HEAD) or 0)
+        metadata = self.chroma.fresh_metadata()
+        head = head_of(metadata)
         cursor = index.cursor() if index is not None else None
         if index is None or cursor is None or cursor < int(metadata.get(META_FEED_FLOOR) or 0):
             return False
@@ -772,7 +817,7 @@ class HybridCollection:
         index.mark(head)
         logger.info(
             "lexical index of %s caught up from write %d to %d (%d written, %d deleted)",
-            chroma.collection_name(self.store),
+            self.chroma.name,
             cursor,
             head,
             len(added),
@@ -793,7 +838,7 @@ class HybridCollection:
         state = read_state(index.path) if index is not None else None
         if state is None or time.time() - (state.audited_at or 0.0) < interval:
             return
-        with _BY_STORE_LOCK:
+        with _PROCESS_LOCK:
             if self._key in _AUDITING:
                 return
             _AUDITING.add(self._key)
@@ -816,12 +861,12 @@ class HybridCollection:
         try:
             self.audit()
         except Exception as exc:  # a background check must never take the process down
-            if self._store() is None or sys.is_finalizing():
+            if self.released or sys.is_finalizing():
                 return  # the store was let go, or the program is ending: nothing to check
             logger.warning(
                 "could not compare the lexical index of %s with its collection (%s); "
                 "the next audit tries again",
-                chroma.collection_name(self.store),
+                self.chroma.name,
                 exc,
             )
         finally:
@@ -885,7 +930,7 @@ class HybridCollection:
         logger.warning(
             "%s: %d chunks were added or changed and %d deleted outside hyde_lc (with "
             "chromadb directly?); the lexical index %s",
-            chroma.collection_name(self.store),
+            self.chroma.name,
             len(changed),
             len(removed),
             "is rebuilt" if many else "took them",
@@ -898,9 +943,9 @@ class HybridCollection:
 
     def _quiet_head(self) -> int | None:
         """The head, or None while a write is under way (marked, or past the head)."""
-        metadata = chroma.fresh_metadata(self.store)
-        head = int(metadata.get(chroma.META_HEAD) or 0)
-        if metadata.get(chroma.META_WRITING) is not None or self._write_under_way(head):
+        metadata = self.chroma.fresh_metadata()
+        head = head_of(metadata)
+        if metadata.get(META_WRITING) is not None or self._write_under_way(head):
             return None
         return head
 
@@ -921,7 +966,7 @@ class HybridCollection:
         assert collection is not None
         head = self._head()
         name = f"idx-{uuid.uuid4().hex[:12]}"
-        logger.info("building the lexical index of %s", chroma.collection_name(self.store))
+        logger.info("building the lexical index of %s", self.chroma.name)
         index = LexicalIndex.create(base / name)
         try:
             ids = [str(i) for i in collection.get(include=[])["ids"]]
@@ -952,25 +997,32 @@ class HybridCollection:
             os.utime(base / old)
 
     def _head(self) -> int:
-        return int(chroma.fresh_metadata(self.store).get(chroma.META_HEAD) or 0)
+        return head_of(self.chroma.fresh_metadata())
 
     # -- searching --------------------------------------------------------------------------
 
     def search(
-        self, weights: Counter[str], k: int, where: dict[str, Any] | None = None
+        self, weights: Counter[str], k: int, where: Where = None, max_age: float | None = None
     ) -> list[tuple[str, float]]:
         """BM25 hits ``(chunk id, score)`` among the chunks searches may see, best first.
 
-        The index is derived data: a damaged one is rebuilt and searched again. One that
-        cannot be written where it lives (a full disk, no permission) leaves the search
-        dense only, said once in the log with what to do.
+        ``where`` is a Chroma-style filter (`LexicalIndex.filter_query`). The index is
+        derived data: a damaged one is rebuilt and searched again. One that cannot be
+        written where it lives (a full disk, no permission) leaves the search dense only,
+        said once in the log with what to do. ``max_age`` is how old (seconds) the
+        collection's state may be (default: `refresh_interval`).
         """
+        if callable(where):
+            raise InvalidSettingError(
+                "a Chroma collection's search filter is a dict (Chroma's where syntax), "
+                f"not {type(where).__name__}"
+            )
         try:
-            index = self.sync()
+            index = self.sync(max_age)
             if index is None:
                 return []
-            snap = self._snapshot or self.snapshot()
-            hide = {chroma.DOC_VERSION: {"$in": list(snap.pending)}} if snap.pending else None
+            snap = self._snapshot or self.snapshot(max_age)
+            hide = {DOC_VERSION: {"$in": list(snap.pending)}} if snap.pending else None
             try:
                 return index.search(weights, k, where=where or None, hide=hide)
             except InvalidSettingError:
@@ -987,11 +1039,30 @@ class HybridCollection:
                     "the lexical index of %s cannot be kept at %s (%s): searching dense "
                     "only. Free space there, make it writable, or set HYDE_LC_CACHE_DIR "
                     "to a writable folder (for a server or read-only store).",
-                    chroma.collection_name(self.store),
+                    self.chroma.name,
                     self.base,
                     exc.strerror or exc,
                 )
             return []
+
+    def dense_hits(
+        self, vector: Sequence[float], k: int, where: Where = None, max_age: float | None = None
+    ) -> list[tuple[str, float]]:
+        """The ``k`` nearest visible chunks as ``(id, relevance)``, without reading their texts.
+
+        The dense candidates of a hybrid search: most of them are never returned, so only
+        the ones that make the fused ranking are read afterwards (`documents`). ``where``
+        is the caller's filter; pending versions are left out under the state this search
+        uses (refreshed at most every `refresh_interval` seconds).
+        """
+        extra: dict[str, Any] = {"where": where} if where else {}
+        pending = self.snapshot(max_age).pending if self.chroma.records_model() else None
+        got = self.chroma.query_visible(
+            k, pending, query_embeddings=[list(vector)], include=["distances"], **extra
+        )
+        to_relevance = self.chroma.relevance()
+        ids, distances = got["ids"][0], got["distances"][0]
+        return [(str(i), float(to_relevance(d))) for i, d in zip(ids, distances, strict=True)]
 
     def documents(self, ids: Sequence[str]) -> list[Document]:
         """The chunks with these ids that searches may see now (one Chroma read), unordered."""
@@ -1002,12 +1073,12 @@ class HybridCollection:
         unique = list(dict.fromkeys(str(i) for i in ids))  # Chroma refuses repeated ids
         got = collection.get(ids=unique, include=["documents", "metadatas"])
         metas = [dict(meta or {}) for meta in got["metadatas"] or []]
-        if any(_seq(meta) > snap.head for meta in metas):
+        if any(seq_of(meta) > snap.head for meta in metas):
             # Written after the state this search used: read the state again, so that the
             # pending versions are the ones of now (a large document just begun is hidden).
             snap = self.snapshot(max_age=0)
         return [
-            Document(page_content=text or "", metadata=chroma.user_metadata(meta), id=id_)
+            Document(page_content=text or "", metadata=user_metadata(meta), id=id_)
             for id_, text, meta in zip(got["ids"], got["documents"] or [], metas, strict=True)
             if visible(meta, snap)
         ]
@@ -1016,23 +1087,15 @@ class HybridCollection:
 FEED_KEEP_WRITES = 10_000
 """Deletions stay in the feed for this many writes: an index further behind is rebuilt."""
 FEED_TRIM_EVERY = 100
-META_FEED_FLOOR = "hyde_lc_feed_floor"
-"""Collection metadata: deletions are logged for every write after this one (an index whose
-cursor is older is rebuilt)."""
 
 
 def visible(metadata: dict[str, Any], snap: Snapshot) -> bool:
     """Whether a chunk is one searches may return under ``snap`` (not of a pending version)."""
-    return not (snap.pending and metadata.get(chroma.DOC_VERSION) in snap.pending)
+    return not (snap.pending and metadata.get(DOC_VERSION) in snap.pending)
 
 
 def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _seq(metadata: dict[str, Any]) -> int:
-    seq = metadata.get(SEQ_KEY)
-    return seq if isinstance(seq, int) else 0
 
 
 def feed_name(collection: str) -> str:
@@ -1040,8 +1103,6 @@ def feed_name(collection: str) -> str:
     name = f"{collection}.hyde_lc_feed"
     if len(name) <= 512:
         return name
-    import hashlib
-
     digest = hashlib.sha256(collection.encode("utf-8")).hexdigest()[:16]
     return f"{collection[:480]}-{digest}.hyde_lc_feed"
 
@@ -1073,39 +1134,3 @@ def _clear_other_layout(base: Path, keep_replaced_s: float = 600) -> None:
                 shutil.rmtree(entry, ignore_errors=True)
             else:
                 entry.unlink(missing_ok=True)
-
-
-class CollectionLexicalSearch(LexicalSearch):
-    """The lexical side of a hyde_lc collection: its own persistent index, kept current.
-
-    Example:
-        >>> from hyde_lc import open_store
-        >>> search = lexical_search_for(open_store())  # doctest: +SKIP
-        >>> search.search(lexical_query("Fresnel"), k=3)  # doctest: +SKIP
-
-    """
-
-    def __init__(self, vectorstore: Any) -> None:
-        self.vectorstore = vectorstore
-        self.hybrid = HybridCollection.of(vectorstore)
-
-    @property
-    def index(self) -> LexicalIndex:  # type: ignore[override]
-        """The index in use, brought up to date."""
-        index = self.hybrid.sync()
-        if index is None:
-            raise InvalidSettingError("the collection does not exist yet: nothing is indexed")
-        return index
-
-    def search(self, weights: Counter[str], k: int, where: Any = None) -> list[tuple[str, float]]:
-        """As `LexicalSearch.search`, inside the collection's index (filters included)."""
-        if callable(where):
-            raise InvalidSettingError(
-                "a Chroma collection's search filter is a dict (Chroma's where syntax), "
-                f"not {type(where).__name__}"
-            )
-        return self.hybrid.search(weights, k, where)
-
-    def documents(self, ids: Sequence[str]) -> list[Any]:
-        """The chunks with these ids that searches may see now."""
-        return self.hybrid.documents(ids)

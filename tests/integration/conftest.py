@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hyde_lc.ingest.files import ingest_paths
-from hyde_lc.store.chroma import HydeChroma, open_store
+from hyde_lc.store.vectorstore import HydeChroma, open_store
 from tests.fakes import SAMPLE_PDF, tree_digest
 
 

@@ -51,8 +51,8 @@ def look(store_dir: Path, source: str) -> dict:
     from chromadb.api.client import SharedSystemClient
 
     from hyde_lc import open_store
-    from hyde_lc.search.lexical import lexical_query
     from hyde_lc.store.collection import HybridCollection
+    from hyde_lc.store.lexical_index import lexical_query
 
     SharedSystemClient.clear_system_cache()
     store = open_store(store_dir)
@@ -72,7 +72,7 @@ def _no_room_check() -> None:
     """Turn off the check before a write, so that the write itself meets the full disk."""
     try:
         from hyde_lc.ingest import files as ingest
-        from hyde_lc.store.chroma import disk_space
+        from hyde_lc.store import disk_space
     except ImportError:  # a version without the check
         return
 

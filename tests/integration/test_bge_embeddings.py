@@ -9,7 +9,7 @@ from langchain_core.documents import Document
 
 from hyde_lc import load_embeddings
 from hyde_lc.errors import HydeLcError
-from hyde_lc.store.chroma import open_store
+from hyde_lc.store.vectorstore import open_store
 
 pytestmark = [
     pytest.mark.integration,

@@ -30,7 +30,7 @@ from hyde_lc import (
 )
 from hyde_lc.errors import StoreError, StoreUnavailableError
 from hyde_lc.evaluation import read_records
-from hyde_lc.store.chroma import SEQ
+from hyde_lc.store.chroma_collection import SEQ
 from tests.fakes import (
     ROOT,
     SAMPLE_PDF,

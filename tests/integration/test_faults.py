@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from hyde_lc.store.chroma import SEQ
+from hyde_lc.store.chroma_collection import SEQ
 from tests.fakes import ROOT
 from tests.integration.corpus import (
     CHUNK_OVERLAP,
@@ -167,7 +167,7 @@ def test_killed_ingestion_leaves_no_half_document_and_a_rerun_completes_it(tmp_p
 def test_two_processes_ingesting_at_once_write_each_document_once(tmp_path):
     import fcntl
 
-    from hyde_lc.store.chroma import LOCK_FILE
+    from hyde_lc.store.location import LOCK_FILE
 
     docs = tmp_path / "docs"
     only_a = write_corpus(docs, [f"a{i}.txt" for i in range(4)], sentences=11)
@@ -202,7 +202,7 @@ def test_two_processes_ingesting_at_once_write_each_document_once(tmp_path):
 def test_threads_query_while_another_process_ingests(tmp_path):
     from hyde_lc import load_embeddings, open_store
     from hyde_lc.ingest.files import ingest_paths
-    from hyde_lc.store.chroma import refresh_store
+    from hyde_lc.store.vectorstore import refresh_store
 
     paths = write_corpus(tmp_path / "docs", [f"n{i}.md" for i in range(10)], sentences=11)
     store_dir = tmp_path / "store"
@@ -285,7 +285,8 @@ def fresh_store(store: Path):
 def test_a_large_document_killed_mid_write_stays_hidden_and_the_rerun_resumes(tmp_path):
     from hyde_lc import HyDERetriever, collection_info
     from hyde_lc.ingest.files import load_document, split_document
-    from hyde_lc.search.lexical import lexical_query, lexical_search_for
+    from hyde_lc.search.lexical import lexical_search_for
+    from hyde_lc.store.lexical_index import lexical_query
 
     path = write_corpus(tmp_path / "docs", ["big.md"], sentences=1800)[0]
     store = tmp_path / "store"

@@ -11,7 +11,7 @@ from langchain_core.vectorstores import InMemoryVectorStore
 
 from hyde_lc import load_embeddings, load_llm
 from hyde_lc.hyde.embeddings import HyDEEmbeddings
-from hyde_lc.store.chroma import HydeChroma
+from hyde_lc.store.vectorstore import HydeChroma
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from hyde_lc import load_embeddings
 from hyde_lc.errors import HydeLcError
 from hyde_lc.models.minilm_quantized import DYNAMIC_SHA256, MINILM_DQ_MODEL_ID, MINILM_DYNAMIC
 from hyde_lc.models.weights import sha256_of
-from hyde_lc.store.chroma import open_store
+from hyde_lc.store.vectorstore import open_store
 from tests.fakes import default_embedding_id
 
 pytestmark = pytest.mark.integration

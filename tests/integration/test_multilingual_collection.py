@@ -10,7 +10,8 @@ from hyde_lc.ingest.files import ingest_paths, load_document
 from hyde_lc.ingest.samples import sample_files
 from hyde_lc.models.multilingual_embeddings import E5_MAX_TOKENS, E5_MODEL_ID
 from hyde_lc.retrievers.neighbors import NeighborExpandingRetriever
-from hyde_lc.store.chroma import collection_info, iter_metadatas, open_store
+from hyde_lc.store.vectorstore import collection_info, open_store
+from tests.fakes import chroma_of
 
 pytestmark = pytest.mark.integration
 
@@ -25,7 +26,7 @@ def e5_store(tmp_path_factory):
 
 
 def test_chunks_are_split_for_chinese_and_fit_the_window(e5_store):
-    metas = [m for _, m in iter_metadatas(e5_store)]
+    metas = [m for _, m in chroma_of(e5_store).metadatas()]
     assert {(m["script"], m["chunk_size"], m["chunk_overlap"]) for m in metas} == {("cjk", 450, 90)}
     assert {m["embedding_model"] for m in metas} == {E5_MODEL_ID}
     assert {m["page"] for m in metas} == {0, 1, 2, 3, 4}

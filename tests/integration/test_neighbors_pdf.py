@@ -6,8 +6,7 @@ import pytest
 
 from hyde_lc import HyDERetriever, NeighborExpandingRetriever
 from hyde_lc.ingest.files import load_document
-from hyde_lc.store.chroma import iter_metadatas
-from tests.fakes import SAMPLE_PDF, FixedHits
+from tests.fakes import SAMPLE_PDF, FixedHits, chroma_of
 
 pytestmark = pytest.mark.integration
 
@@ -48,10 +47,16 @@ def test_windows_are_exact_spans_of_the_pdf_text(store, document_text, question)
 
 
 def test_a_window_across_a_page_break_lists_both_pages(store, document_text):
-    metas = sorted((m for _, m in iter_metadatas(store)), key=lambda m: m["chunk_index"])
+    metas = sorted((m for _, m in chroma_of(store).metadatas()), key=lambda m: m["chunk_index"])
     boundary = next(m for m, n in itertools.pairwise(metas) if n["page"] > m["page"])
     hit = store.get_by_ids(
-        [next(i for i, m in iter_metadatas(store) if m["chunk_index"] == boundary["chunk_index"])]
+        [
+            next(
+                i
+                for i, m in chroma_of(store).metadatas()
+                if m["chunk_index"] == boundary["chunk_index"]
+            )
+        ]
     )[0]
     (doc,) = NeighborExpandingRetriever(
         base_retriever=FixedHits(hits=[hit]), vectorstore=store, k=1, before=0, after=1

@@ -26,8 +26,9 @@ import pytest
 
 from benchmarks.soak import CHROMA, start_chroma_server
 from hyde_lc import HyDERetriever, open_store
-from hyde_lc.search.lexical import lexical_query, lexical_search_for
+from hyde_lc.search.lexical import lexical_search_for
 from hyde_lc.store.collection import HybridCollection
+from hyde_lc.store.lexical_index import lexical_query
 from tests.fakes import ROOT, FakeEmbeddings
 
 pytestmark = pytest.mark.integration

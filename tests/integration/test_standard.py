@@ -48,7 +48,7 @@ from hyde_lc import (
     load_llm,
     open_store,
 )
-from hyde_lc.store.chroma import HydeChroma
+from hyde_lc.store.vectorstore import HydeChroma
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hyde_lc.ingest.files import ingest_paths
-from hyde_lc.store.chroma import HydeChroma, open_store
+from hyde_lc.store.vectorstore import HydeChroma, open_store
 from tests.fakes import TOPICS, FakeEmbeddings
 
 

@@ -27,7 +27,7 @@ from hyde_lc.errors import (
 from hyde_lc.ingest.files import ingest_paths, load_document
 from hyde_lc.models.loading import load_llm
 from hyde_lc.retrievers.hyde import MAX_QUERY_CHARS, HyDERetriever
-from hyde_lc.store.chroma import open_store
+from hyde_lc.store.vectorstore import open_store
 from tests.conftest import FakeEmbeddings, make_pdf
 from tests.unit.test_ingest import long_text, tree_digest
 from tests.unit.test_retriever import TOPICS, ScriptedChat, store  # noqa: F401  (fixture)

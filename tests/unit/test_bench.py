@@ -23,8 +23,8 @@ from hyde_lc.bench import (
 )
 from hyde_lc.bench.retrieval import corpus_index, corpus_lexical, ir_metrics
 from hyde_lc.errors import HydeLcError, InvalidSettingError
-from hyde_lc.search.lexical import lexical_query
-from hyde_lc.search.stores import vector_search
+from hyde_lc.search.backend import backend_for
+from hyde_lc.store.lexical_index import lexical_query
 from tests.fakes import ScriptedChat
 
 DOCS = {f"d{i}": (f"Title {i}", f"abstract number {i} about topic {i % 3}") for i in range(12)}
@@ -77,7 +77,7 @@ def test_exact_index_ranks_by_cosine_through_the_retrievers_vector_search():
     assert [d.id for d in docs] == ["c", "b"]
     assert docs[0].metadata["score"] == pytest.approx(1.0)
     # The retrievers' seam gets cosine scores (hybrid fusion fuses scores, not ranks)...
-    found = vector_search(index, [0.0, 2.0], 3, {})
+    found = backend_for(index, "off").scored([0.0, 2.0], 3, {})
     assert [d.id for d in found] == ["c", "b", "a"]
     assert [d.metadata["score"] for d in found] == pytest.approx([1.0, 0.8, 0.0])
     # ...and reads back by id what only the lexical list found.

@@ -24,7 +24,7 @@ from chromadb.config import Settings
 from langchain_chroma import Chroma
 from langchain_core.vectorstores import VectorStore
 
-from hyde_lc.store.chroma import HydeChroma
+from hyde_lc.store.vectorstore import HydeChroma
 
 PACKAGE = Path(__file__).resolve().parents[2] / "hyde_lc"
 
@@ -40,7 +40,7 @@ PRIVATE = re.compile(
 
 ALLOWED = {
     ("store/location.py", 'session = getattr(getattr(self, "_server", None), "_session", None)'),
-    ("search/stores.py", "return vectorstore._select_relevance_score_fn()"),
+    ("search/vectorstore_backend.py", "return vectorstore._select_relevance_score_fn()"),
 }
 OWN = {"models/local_embeddings.py": re.compile(r"self\._session\b|_session: Any")}
 """hyde_lc's own attributes of the same name: local_embeddings.py's ONNX session."""
@@ -81,7 +81,7 @@ def test_the_check_finds_each_kind_of_private_use():
     # the allowed uses are allowed in their own module only
     elsewhere = "        return vectorstore._select_relevance_score_fn()"
     assert private_uses(elsewhere, "store/reads.py") != []
-    assert private_uses(elsewhere, "search/stores.py") == []
+    assert private_uses(elsewhere, "search/vectorstore_backend.py") == []
 
 
 def test_the_allowed_private_uses_still_have_no_public_replacement():

@@ -29,8 +29,8 @@ from hyde_lc.cli import ask as ask_command
 from hyde_lc.errors import HydeLcError, InvalidSettingError
 from hyde_lc.models.loading import load_embeddings as real_load_embeddings
 from hyde_lc.models.loading import load_llm as real_load_llm
-from hyde_lc.store.chroma import collection_info, set_pending
-from tests.fakes import ScriptedChat, long_text, status_server, tree_digest
+from hyde_lc.store.vectorstore import collection_info
+from tests.fakes import ScriptedChat, chroma_of, long_text, status_server, tree_digest
 
 QUESTION = "How do lighthouse lenses bend light?"
 
@@ -329,7 +329,7 @@ def test_something_passed_over_in_a_folder_exits_1_after_ingesting_the_rest(
 
 def test_info_lists_incomplete_documents(capsys, store, store_dir, models):
     version = store.get(limit=1, include=["metadatas"])["metadatas"][0]["doc_version"]
-    set_pending(store, add=[version])
+    chroma_of(store).set_pending(add=[version])
     assert collection_info(store)["incomplete"]
     code, out, err = run(capsys, "info", "--store", str(store_dir))
     assert code == 0, err
@@ -389,7 +389,7 @@ def test_an_unexpected_error_exits_1_and_an_interrupt_130(monkeypatch, capsys):
 def test_warnings_and_log_messages_are_escaped(monkeypatch, capsys):
     def noisy(args):
         warnings.warn("odd file /tmp/\x1b]0;pwned\x07.txt", UserWarning, stacklevel=1)
-        logging.getLogger("hyde_lc.store.chroma").warning(
+        logging.getLogger("hyde_lc.store.vectorstore").warning(
             "%s is being written", "/tmp/\x1b[2Jstore"
         )
         return 0

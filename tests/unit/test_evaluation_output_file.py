@@ -241,7 +241,7 @@ def test_every_setting_that_shapes_a_record_is_checked(tmp_path, store, change, 
 
 def test_the_embedding_model_and_the_collection_are_settings(tmp_path, store, fake_embeddings):
     from hyde_lc.ingest.files import ingest_paths
-    from hyde_lc.store.chroma import open_store
+    from hyde_lc.store.vectorstore import open_store
 
     questions = _questions(tmp_path, 1)
     out = tmp_path / "out.jsonl"

@@ -23,8 +23,8 @@ from hyde_lc.evaluation.records import (
 )
 from hyde_lc.evaluation.usage import UsageRecorder, summarise
 from hyde_lc.models.local_llm import ContextWindowError
-from hyde_lc.store.chroma import iter_chunks, open_store
-from tests.fakes import FakeEmbeddings, ScriptedChat, WordCountChat
+from hyde_lc.store.vectorstore import open_store
+from tests.fakes import FakeEmbeddings, ScriptedChat, WordCountChat, chroma_of
 
 LEGACY_KEYS = {"question", "answer", "contexts", "ground_truth", "ground_truths"}
 
@@ -392,7 +392,7 @@ def test_an_empty_collection_is_an_error_naming_it(tmp_path, fake_embeddings):
 
 
 def test_windows_over_a_store_other_than_chroma(store, fake_embeddings):
-    chunks = list(iter_chunks(store))
+    chunks = list(chroma_of(store).iter_chunks())
     memory = InMemoryVectorStore(fake_embeddings)
     memory.add_documents(chunks)
     record = query_for_evaluation(

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hyde_lc.store.chroma import open_store, raw_get
 from hyde_lc.store.collection import HybridCollection, Write
-from tests.fakes import FakeEmbeddings
+from hyde_lc.store.vectorstore import open_store
+from tests.fakes import FakeEmbeddings, chroma_of
 
 
 class _LoggedThenFailed:
@@ -44,7 +44,7 @@ def store(tmp_path):
 
 
 def _state(store) -> dict[str, Any]:
-    got = raw_get(store, include=["documents", "metadatas", "embeddings"])
+    got = chroma_of(store).get(include=["documents", "metadatas", "embeddings"])
     return {
         i: (text, {k: v for k, v in (meta or {}).items()}, np.round(vector, 6).tolist())
         for i, text, meta, vector in zip(

@@ -11,13 +11,15 @@ from langchain_core.vectorstores import InMemoryVectorStore
 
 from hyde_lc.errors import InvalidSettingError
 from hyde_lc.retrievers.hyde import HyDERetriever
+from hyde_lc.search.backend import backend_for
 from hyde_lc.search.feedback import (
-    chunk_vectors,
+    DEFAULT_FEEDBACK_DOCS,
     expand_query,
     expansion_terms,
     rocchio,
 )
-from hyde_lc.search.lexical import LexicalSearch, analyze
+from hyde_lc.search.lexical import LexicalSearch
+from hyde_lc.store.lexical_index import analyze
 from tests.fakes import TOPICS, FakeEmbeddings
 
 # -- the pure functions ------------------------------------------------------------------
@@ -102,7 +104,9 @@ def test_dense_feedback_searches_the_rocchio_vector_of_the_first_rankings_best_c
     assert fed.chunk_ids == [d.id for d in first.documents[:3]]
     assert fed.first_ranking[:4] == [d.id for d in first.documents]
     expected = rocchio(
-        store.embeddings.embed_query(QUESTION), chunk_vectors(store, fed.chunk_ids), beta=0.3
+        store.embeddings.embed_query(QUESTION),
+        backend_for(store, "off").vectors(fed.chunk_ids),
+        beta=0.3,
     )
     assert result.search_vectors[0] == pytest.approx(expected)
     assert fed.vector_shift is not None and fed.vector_shift < 0.9999
@@ -161,9 +165,9 @@ def test_bad_feedback_settings_are_refused_with_what_to_do(memory):
         HyDERetriever(vectorstore=store, lexical="off", n_hypotheses=0, feedback="lexical")
     retriever = make(memory)
     retriever.feedback = "both"
-    retriever.feedback_docs = -1  # changed after construction: refused at the next call
     with pytest.raises(InvalidSettingError, match="feedback_docs"):
-        retriever.invoke(QUESTION)
+        retriever.feedback_docs = -1  # changed after construction: refused as it is assigned
+    assert retriever.feedback_docs == DEFAULT_FEEDBACK_DOCS and retriever.invoke(QUESTION)
 
 
 def test_dense_feedback_needs_a_store_that_returns_vectors(memory):

@@ -15,10 +15,12 @@ from langchain_core.vectorstores import InMemoryVectorStore
 
 from hyde_lc.ingest.files import ingest_paths
 from hyde_lc.retrievers.hyde import HyDERetriever
-from hyde_lc.search.lexical import LexicalSearch, lexical_query, lexical_search_for
-from hyde_lc.store.chroma import META_HEAD, SEQ, fresh_metadata, lexical_folder, open_store
+from hyde_lc.search.lexical import LexicalSearch, lexical_search_for
+from hyde_lc.store.chroma_collection import META_HEAD, SEQ
 from hyde_lc.store.collection import HybridCollection
-from tests.fakes import FIVE_FILES, FakeEmbeddings, ScriptedChat, long_text, write_files
+from hyde_lc.store.lexical_index import lexical_query
+from hyde_lc.store.vectorstore import open_store
+from tests.fakes import FIVE_FILES, FakeEmbeddings, ScriptedChat, chroma_of, long_text, write_files
 
 TEXTS = FIVE_FILES
 
@@ -88,7 +90,7 @@ def test_reingesting_a_changed_file_updates_the_index(store, folder):
 
 
 def head(store) -> int:
-    return int(fresh_metadata(store).get(META_HEAD) or 0)
+    return int(chroma_of(store).fresh_metadata().get(META_HEAD) or 0)
 
 
 def assert_current(store) -> None:
@@ -160,7 +162,7 @@ def test_langchain_writes_update_the_index_without_a_rebuild(store, caplog):
 
 
 def test_the_index_lives_beside_the_collection(store):
-    folder = lexical_folder(store)
+    folder = HybridCollection.of(store).base
     assert folder is not None and folder.is_relative_to(store.location.path)
 
 
@@ -312,7 +314,7 @@ def test_threads_searching_a_collection_whose_index_is_not_built_yet(tmp_path, f
 
     store = open_store(tmp_path / "store", embeddings=FakeEmbeddings(size=32))
     ingest_paths([folder], store, progress=False)
-    index = lexical_folder(store)
+    index = HybridCollection.of(store).base
     assert index is not None
     shutil.rmtree(index)  # as a collection from before lexical indexes: nothing on disk yet
     retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, k=1)
@@ -557,7 +559,7 @@ def test_a_filter_the_lexical_side_cannot_apply_is_refused(store):
 
 
 def test_an_index_of_an_older_layout_is_replaced_by_a_new_one(store):
-    base = lexical_folder(store)
+    base = HybridCollection.of(store).base
     shutil.rmtree(base)
     base.mkdir()
     (base / "meta.json").write_text("{}")  # an index kept directly in the folder
@@ -588,7 +590,7 @@ def test_an_index_older_than_the_feed_keeps_is_rebuilt_not_caught_up(store, monk
 
 
 def test_a_damaged_index_segment_is_rebuilt_and_searched(store):
-    base = lexical_folder(store)
+    base = HybridCollection.of(store).base
     current = base / (base / "CURRENT").read_text().strip()
     for segment in current.glob("*.store"):
         # Damaged as the next process finds it: an empty file under the segment's name.
@@ -607,7 +609,7 @@ def test_an_index_that_cannot_be_written_leaves_the_search_dense_only_and_says_s
 ):
     import hyde_lc.store.collection as hc
 
-    shutil.rmtree(lexical_folder(store))  # must be rebuilt, and cannot be
+    shutil.rmtree(HybridCollection.of(store).base)  # must be rebuilt, and cannot be
 
     def no_space(self):
         raise OSError(28, "No space left on device")
@@ -623,10 +625,9 @@ def test_an_index_that_cannot_be_written_leaves_the_search_dense_only_and_says_s
 
 
 def test_the_head_never_moves_back(store):
-    from hyde_lc.store.chroma import set_head
 
     before = head(store)
-    set_head(store, before - 1)  # a second writer that took an older number
+    chroma_of(store).set_head(before - 1)  # a second writer that took an older number
     assert head(store) == before
 
 
@@ -665,12 +666,12 @@ def test_a_reader_with_an_old_state_never_returns_part_of_a_document_begun_since
 def test_a_killed_replacement_of_the_same_size_is_indexed_by_the_next_reader(
     store, fake_embeddings
 ):
-    from hyde_lc.store.chroma import META_WRITING, set_metadata_value
+    from hyde_lc.store.chroma_collection import META_WRITING
 
     (fog,) = store.get(where={"file_name": "fog.txt"})["ids"]
     seq = head(store) + 1
     # A writer marks its write, replaces one chunk by another (same count), is killed.
-    set_metadata_value(store, META_WRITING, seq)
+    chroma_of(store).set_value(META_WRITING, seq)
     raw = chromadb.PersistentClient(path=str(store.location.path)).get_collection("hyde_lc")
     raw.add(
         ids=["fog-v2"],
@@ -685,12 +686,12 @@ def test_a_killed_replacement_of_the_same_size_is_indexed_by_the_next_reader(
     # The next write, even one that changes nothing, finishes it: the head passes it.
     with HybridCollection.of(store).writing():
         pass
-    assert head(store) == seq + 1 and META_WRITING not in fresh_metadata(store)
+    assert head(store) == seq + 1 and META_WRITING not in chroma_of(store).fresh_metadata()
     assert_current(store)
 
 
 def test_an_index_that_fails_to_take_a_change_is_rebuilt(store, monkeypatch):
-    from hyde_lc.search.lexical import LexicalIndex
+    from hyde_lc.store.lexical_index import LexicalIndex
 
     real = LexicalIndex.apply
     calls = []

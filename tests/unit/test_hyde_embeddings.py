@@ -19,7 +19,7 @@ from hyde_lc.hyde.embeddings import HyDEEmbeddings
 from hyde_lc.hyde.prompts import PROMPTS
 from hyde_lc.models.endpoint_errors import ModelConfigurationError
 from hyde_lc.retrievers.hyde import DEFAULT_QUERY_WEIGHT
-from hyde_lc.store.chroma import open_store
+from hyde_lc.store.vectorstore import open_store
 from tests.fakes import TOPICS, FakeEmbeddings, PromptLog, ScriptedChat, status_server
 
 QUESTION = "How do lighthouse lenses focus light?"

@@ -10,10 +10,11 @@ from langchain_core.documents import Document
 
 from hyde_lc.errors import EmbeddingMismatchError, IngestError, StoreError
 from hyde_lc.ingest.files import chunk_id, ingest_paths, load_document, split_document
-from hyde_lc.store.chroma import collection_info, iter_metadatas, open_store
+from hyde_lc.store.vectorstore import collection_info, open_store
 from tests.fakes import (
     SAMPLE_PDF,
     FakeEmbeddings,
+    chroma_of,
     long_text,
     make_pdf,
     tree_digest,
@@ -40,7 +41,7 @@ def docs(tmp_path):
 
 def by_source(store):
     out: dict[str, dict[str, dict]] = {}
-    for id_, meta in iter_metadatas(store):
+    for id_, meta in chroma_of(store).metadatas():
         out.setdefault(Path(meta["source"]).name, {})[id_] = meta
     return out
 
@@ -115,7 +116,7 @@ def test_pdf_pages_blank_pages_and_page_spans(tmp_path, fake_embeddings):
     store = open_store(tmp_path / "store", embeddings=fake_embeddings)
     report = ingest_paths([pdf], store, chunk_size=400, chunk_overlap=50, progress=False)
     assert any("page 2 skipped" in n for n in report.files[0].notes)
-    metas = sorted((m for _, m in iter_metadatas(store)), key=lambda m: m["chunk_index"])
+    metas = sorted((m for _, m in chroma_of(store).metadatas()), key=lambda m: m["chunk_index"])
     # pages as PyPDFLoader gives them: 0-based page, printed label
     assert metas[0]["page"] == 0 and metas[-1]["page_end"] == 2
     assert all(m["page"] in (0, 2) for m in metas)
@@ -127,7 +128,7 @@ def test_chunk_spanning_short_pages_records_both_pages(tmp_path, fake_embeddings
     pdf = make_pdf(tmp_path / "s.pdf", [short, "", short])
     store = open_store(tmp_path / "store", embeddings=fake_embeddings)
     ingest_paths([pdf], store, chunk_size=1000, chunk_overlap=100, progress=False)
-    ((_, meta),) = iter_metadatas(store)
+    ((_, meta),) = chroma_of(store).metadatas()
     assert (meta["page"], meta["page_end"]) == (0, 2)
     assert (meta["page_label"], meta["page_label_end"]) == ("1", "3")
 
@@ -220,7 +221,7 @@ class FlakyEmbeddings(FakeEmbeddings):
 def versions(store) -> dict[str, list[int]]:
     """doc_id -> chunk indexes the collection holds (searchable or not)."""
     out: dict[str, list[int]] = {}
-    for _, meta in iter_metadatas(store):
+    for _, meta in chroma_of(store).metadatas():
         out.setdefault(meta["doc_id"], []).append(meta["chunk_index"])
     return {doc_id: sorted(indexes) for doc_id, indexes in out.items()}
 
@@ -234,7 +235,6 @@ def searchable(store, queries: list[str]) -> set[str]:
 
 
 def test_a_document_larger_than_one_write_is_hidden_until_complete_then_resumed(tmp_path):
-    from hyde_lc.store.chroma import pending_versions
 
     doc = tmp_path / "big.txt"
     doc.write_text(long_text(60, "old"))
@@ -266,7 +266,7 @@ def test_a_document_larger_than_one_write_is_hidden_until_complete_then_resumed(
     assert embeddings.embedded - before == result.chunks - 24
     assert versions(store) == {new_id: list(range(result.chunks))}
     assert searchable(store, new_chunks[:30]) == {new_id}
-    assert pending_versions(store) == [] and collection_info(store)["incomplete"] == []
+    assert chroma_of(store).pending() == [] and collection_info(store)["incomplete"] == []
 
 
 def test_a_failure_while_removing_the_old_version_leaves_only_the_new_one_searchable(
@@ -339,15 +339,14 @@ def test_a_file_gone_blank_keeps_its_previous_version(tmp_path, fake_embeddings)
 
 def test_a_killed_run_that_wrote_nothing_leaves_no_trace_after_the_next(tmp_path, fake_embeddings):
     from hyde_lc.ingest.files import doc_version
-    from hyde_lc.store.chroma import pending_versions, set_pending
 
     doc = tmp_path / "d.txt"
     doc.write_text(long_text(4))
     store = open_store(tmp_path / "store", embeddings=fake_embeddings)
     ingest_paths([doc], store, progress=False)
-    set_pending(store, add=[doc_version("/gone.txt", "0" * 20, 1000, 200)])  # no chunks
+    chroma_of(store).set_pending(add=[doc_version("/gone.txt", "0" * 20, 1000, 200)])  # no chunks
     ingest_paths([doc], store, progress=False)
-    assert pending_versions(store) == []
+    assert chroma_of(store).pending() == []
 
 
 # -- splitting in segments -------------------------------------------------------------------

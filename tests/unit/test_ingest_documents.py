@@ -7,9 +7,10 @@ from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from hyde_lc import HyDERetriever, ingest_documents
 from hyde_lc.errors import IngestError
-from hyde_lc.search.lexical import lexical_query, lexical_search_for
-from hyde_lc.store.chroma import iter_metadatas, open_store
-from tests.fakes import SAMPLE_PDF, FakeEmbeddings, ScriptedChat
+from hyde_lc.search.lexical import lexical_search_for
+from hyde_lc.store.lexical_index import lexical_query
+from hyde_lc.store.vectorstore import open_store
+from tests.fakes import SAMPLE_PDF, FakeEmbeddings, ScriptedChat, chroma_of
 
 
 class CountingEmbeddings(FakeEmbeddings):
@@ -36,7 +37,7 @@ def test_splitter_output_is_stored_as_given_and_searchable_both_ways(tmp_path, p
     assert [(f.source, f.status, f.chunks) for f in report.files] == [
         (str(SAMPLE_PDF), "added", len(pdf_chunks))
     ]
-    stored = {id_: meta for id_, meta in iter_metadatas(store)}
+    stored = {id_: meta for id_, meta in chroma_of(store).metadatas()}
     assert len(stored) == len(pdf_chunks)
     # the loader's and splitter's metadata, untouched: 0-based page, its label, start_index
     first = next(m for m in stored.values() if m["page"] == 0 and m["start_index"] == 0)

@@ -8,10 +8,11 @@ from pydantic import Field
 
 from hyde_lc.errors import IngestError
 from hyde_lc.ingest.files import ingest_paths
-from hyde_lc.search.lexical import lexical_query, lexical_search_for
-from hyde_lc.store.chroma import iter_metadatas, open_store
+from hyde_lc.search.lexical import lexical_search_for
 from hyde_lc.store.collection import Write
-from tests.fakes import FakeEmbeddings, long_text
+from hyde_lc.store.lexical_index import lexical_query
+from hyde_lc.store.vectorstore import open_store
+from tests.fakes import FakeEmbeddings, chroma_of, long_text
 
 SMALL = {"chunk_size": 300, "chunk_overlap": 20, "batch_size": 8}
 """Options under which a paragraph is one chunk and 8 chunks make a group."""
@@ -61,12 +62,12 @@ def small_files(folder: Path, n: int) -> list[Path]:
 
 
 def doc_of_id(store) -> dict[str, str]:
-    return {id_: Path(meta["source"]).name for id_, meta in iter_metadatas(store)}
+    return {id_: Path(meta["source"]).name for id_, meta in chroma_of(store).metadatas()}
 
 
 def chunks_by_doc(store) -> dict[str, int]:
     out: dict[str, int] = {}
-    for _, meta in iter_metadatas(store):
+    for _, meta in chroma_of(store).metadatas():
         name = Path(meta["source"]).name
         out[name] = out.get(name, 0) + 1
         assert meta["chunk_count"] >= 1

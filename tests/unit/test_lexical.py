@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 
 from hyde_lc.errors import InvalidSettingError
-from hyde_lc.search.lexical import (
+from hyde_lc.store.lexical_index import (
     FORMAT,
     IndexState,
     LexicalIndex,

@@ -8,9 +8,10 @@ import pytest
 
 from hyde_lc.errors import InvalidSettingError
 from hyde_lc.ingest.files import ingest_paths
-from hyde_lc.search.lexical import lexical_query, lexical_search_for, read_state
-from hyde_lc.store.chroma import open_store
+from hyde_lc.search.lexical import lexical_search_for
 from hyde_lc.store.collection import AUDIT_ENV, HybridCollection, audit_interval
+from hyde_lc.store.lexical_index import lexical_query, read_state
+from hyde_lc.store.vectorstore import open_store
 from tests.fakes import FIVE_FILES, FakeEmbeddings, recorded_threads, write_files
 
 TEXTS = FIVE_FILES

@@ -13,7 +13,7 @@ from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 import hyde_lc.search.lexical
 from hyde_lc import HyDERetriever, LexicalSearch
 from hyde_lc.errors import InvalidSettingError
-from hyde_lc.search.lexical import lexical_query
+from hyde_lc.store.lexical_index import lexical_query
 from tests.fakes import FakeEmbeddings
 
 TEXTS = {

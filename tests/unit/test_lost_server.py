@@ -7,8 +7,7 @@ import pytest
 
 from hyde_lc.errors import IngestError, StoreUnavailableError
 from hyde_lc.retrievers.hyde import HyDERetriever
-from hyde_lc.store.chroma import lost_server, server_url
-from hyde_lc.store.location import StoreLocation
+from hyde_lc.store.location import StoreLocation, lost_server, server_url
 
 URL = "http://127.0.0.1:8123"
 

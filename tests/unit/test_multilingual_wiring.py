@@ -39,8 +39,8 @@ from hyde_lc.ingest.files import ingest_paths, load_document, resolve_chunking, 
 from hyde_lc.models.loading import EMBEDDINGS_ENV, embedding_model_id, load_embeddings
 from hyde_lc.models.multilingual_embeddings import E5_MODEL_ID, MultilingualE5Embeddings
 from hyde_lc.retrievers.neighbors import gap_between, join_chunks
-from hyde_lc.store.chroma import collection_info, iter_metadatas, open_store
-from tests.fakes import FakeEmbeddings, long_text
+from hyde_lc.store.vectorstore import collection_info, open_store
+from tests.fakes import FakeEmbeddings, chroma_of, long_text
 
 E5 = "local:multilingual-e5-small"
 SENTENCE = "灯塔在夜里发出明亮的灯光，为远方的船只指引方向。"
@@ -70,7 +70,7 @@ def files(tmp_path: Path) -> dict[str, Path]:
 
 def by_file(store) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
-    for _, meta in iter_metadatas(store):
+    for _, meta in chroma_of(store).metadatas():
         out.setdefault(Path(meta["source"]).name, []).append(meta)
     return {name: sorted(metas, key=lambda m: m["chunk_index"]) for name, metas in out.items()}
 
@@ -345,7 +345,7 @@ def test_ingest_sample_zh_builds_a_multilingual_collection(tmp_path, capsys, spe
     assert f"embedded with {E5}" in out.err and "the model the collection records" in out.err
     store = open_store(tmp_path / "s", embeddings=named(E5))
     assert collection_info(store)["embedding_model"] == E5
-    metas = [m for _, m in iter_metadatas(store)]
+    metas = [m for _, m in chroma_of(store).metadatas()]
     assert {(m["script"], m["chunk_size"]) for m in metas} == {("cjk", 450)}
     assert {m["page"] for m in metas} <= {0, 1, 2, 3, 4} and len({m["page"] for m in metas}) > 1
 

@@ -15,8 +15,8 @@ from hyde_lc.errors import InvalidSettingError
 from hyde_lc.ingest.files import ingest_paths, load_document
 from hyde_lc.retrievers.hyde import HyDERetriever
 from hyde_lc.retrievers.neighbors import NeighborExpandingRetriever, join_chunks, trim_to_budget
-from hyde_lc.store.chroma import iter_metadatas, open_store
-from tests.fakes import FakeEmbeddings, FixedHits, RunRecorder, ScriptedChat, unique_text
+from hyde_lc.store.vectorstore import open_store
+from tests.fakes import FakeEmbeddings, FixedHits, RunRecorder, ScriptedChat, chroma_of, unique_text
 
 
 @pytest.fixture
@@ -241,7 +241,7 @@ def test_join_chunks_restores_dropped_whitespace():
 def test_gap_metadata_rebuilds_the_whole_document(corpus):
     store, _, texts = corpus
     metas = sorted(
-        (m for _, m in iter_metadatas(store) if m["file_name"] == "b.txt"),
+        (m for _, m in chroma_of(store).metadatas() if m["file_name"] == "b.txt"),
         key=lambda m: m["chunk_index"],
     )
     got = store._collection.get(where={"file_name": "b.txt"}, include=["documents", "metadatas"])

@@ -7,9 +7,8 @@ from pypdf.constants import PageLabelStyle
 
 from hyde_lc import NeighborExpandingRetriever, ingest_documents, ingest_paths, open_store
 from hyde_lc.answer import citation
-from hyde_lc.store.chroma import iter_chunks
 from hyde_lc.store.collection import HybridCollection
-from tests.fakes import FakeEmbeddings, FixedHits, long_text, make_pdf
+from tests.fakes import FakeEmbeddings, FixedHits, chroma_of, long_text, make_pdf
 
 
 def labelled_pdf(tmp_path):
@@ -29,7 +28,7 @@ def test_ingested_pages_follow_pypdfloader_and_cite_the_printed_label(tmp_path):
     ingest_paths([pdf], store, chunk_size=300, chunk_overlap=0, progress=False)
     loaded = {d.metadata["page"]: d.metadata["page_label"] for d in PyPDFLoader(str(pdf)).load()}
     assert loaded == {0: "i", 1: "ii", 2: "1", 3: "2"}
-    chunks = list(iter_chunks(store))
+    chunks = list(chroma_of(store).iter_chunks())
     for chunk in chunks:  # the same numbers LangChain's loader gives the page
         assert chunk.metadata["page_label"] == loaded[chunk.metadata["page"]]
         assert chunk.metadata["page_label_end"] == loaded[chunk.metadata["page_end"]]
@@ -62,7 +61,7 @@ def test_a_collection_ingested_before_labels_still_cites_its_pages(tmp_path):
         write.delete(got["ids"])  # Chroma merges metadata on upsert: written anew
         write.upsert(got["ids"], got["embeddings"], old, got["documents"])
     assert not any("page_label" in m for m in store.get()["metadatas"])
-    chunks = sorted(iter_chunks(store), key=lambda c: c.metadata["chunk_index"])
+    chunks = sorted(chroma_of(store).iter_chunks(), key=lambda c: c.metadata["chunk_index"])
     assert citation(chunks[0]) == "a.pdf, p. 1"
     last = chunks[-1]
     assert citation(last).endswith("p. 2")
@@ -80,5 +79,5 @@ def test_documents_from_a_loader_without_labels_get_one_from_their_page(tmp_path
         Document("labelled already", metadata={"source": "r.pdf", "page": 1, "page_label": "B"}),
     ]
     ingest_documents(docs, store)
-    cited = sorted(citation(d) for d in iter_chunks(store))
+    cited = sorted(citation(d) for d in chroma_of(store).iter_chunks())
     assert cited == ["r.pdf, p. 1", "r.pdf, p. B"]

@@ -58,17 +58,18 @@ async def test_the_async_transform_gives_the_sync_vector(fake_embeddings):
         ("hybrid_candidates", 0, "hybrid_candidates must be at least 1"),
     ],
 )
-def test_a_setting_changed_after_construction_is_refused_at_the_next_call(
+def test_a_setting_changed_after_construction_is_refused_and_changes_nothing(
     store, field, value, message
 ):
     retriever = HyDERetriever(
-        vectorstore=store, hypothesis_llm=ScriptedChat(replies=[PASSAGE]), n_hypotheses=1
+        vectorstore=store, hypothesis_llm=ScriptedChat(replies=[PASSAGE] * 2), n_hypotheses=1
     )
-    setattr(retriever, field, value)  # pydantic does not check assignments
+    before = getattr(retriever, field)
     with pytest.raises(InvalidSettingError, match=message):
-        retriever.invoke(QUESTION)
-    with pytest.raises(InvalidSettingError, match=message):
-        retriever.retrieve_with_details(QUESTION)
+        setattr(retriever, field, value)  # checked as it is assigned, before any model runs
+    assert getattr(retriever, field) == before
+    assert retriever.retrieve_with_details(QUESTION).documents  # the retriever still works
+    assert retriever.invoke(QUESTION)
 
 
 # -- LangChain's wrappers: one chunk, one Document -------------------------------------------

@@ -15,20 +15,19 @@ from hyde_lc.errors import EmbeddingMismatchError, IngestError, StoreError
 from hyde_lc.ingest.files import doc_version, ingest_paths
 from hyde_lc.retrievers.hyde import HyDERetriever
 from hyde_lc.retrievers.neighbors import NeighborExpandingRetriever
-from hyde_lc.store.chroma import (
-    COSINE,
-    META_DIMENSION,
-    META_MODEL,
-    META_PENDING,
-    StoreLocation,
-    collection_info,
-    iter_metadatas,
-    open_store,
-    pending_versions,
-    set_pending,
-    visible_where,
+from hyde_lc.search.backend import backend_for
+from hyde_lc.store.chroma_collection import COSINE, META_DIMENSION, META_MODEL, META_PENDING
+from hyde_lc.store.location import StoreLocation
+from hyde_lc.store.vectorstore import collection_info, open_store
+from tests.fakes import (
+    FakeEmbeddings,
+    FixedHits,
+    chroma_of,
+    long_text,
+    make_pdf,
+    tree_digest,
+    unique_text,
 )
-from tests.fakes import FakeEmbeddings, FixedHits, long_text, make_pdf, tree_digest, unique_text
 
 
 def raw_collection(folder: Path, name: str = "hyde_lc"):
@@ -206,8 +205,8 @@ def test_chunks_of_a_pending_document_stay_out_of_every_read(two_docs, fake_embe
     store, version, hidden = two_docs
     text = next(t for t, _ in hidden if "hidden3." in t)  # finds its own chunk first
     assert "hidden.txt" in _files(store.similarity_search(text, k=3))
-    set_pending(store, add=[version])
-    assert pending_versions(store) == [version]
+    chroma_of(store).set_pending(add=[version])
+    assert chroma_of(store).pending() == [version]
     k = 40  # more than the collection holds: everything visible comes back
     assert _files(store.similarity_search(text, k=k)) == {"shown.txt"}
     assert _files(d for d, _ in store.similarity_search_with_score(text, k=k)) == {"shown.txt"}
@@ -242,18 +241,18 @@ def test_chunks_of_a_pending_document_stay_out_of_every_read(two_docs, fake_embe
         raw.metadata["chunk_index"],
         raw.metadata["chunk_index"],
     )
-    set_pending(store, remove=[version])
-    assert pending_versions(store) == []
+    chroma_of(store).set_pending(remove=[version])
+    assert chroma_of(store).pending() == []
     assert "hidden.txt" in _files(store.similarity_search(text, k=3))
     assert META_PENDING not in (store.chroma_client().get_collection("hyde_lc").metadata or {})
 
 
 def test_visible_where_changes_nothing_while_nothing_is_pending(two_docs):
     store, version, _ = two_docs
-    assert visible_where(store) is None
-    assert visible_where(store, {"source": "x"}) == {"source": "x"}
-    set_pending(store, add=[version])
-    assert visible_where(store, {"source": "x"}) == {
+    assert chroma_of(store).visible_where() is None
+    assert chroma_of(store).visible_where({"source": "x"}) == {"source": "x"}
+    chroma_of(store).set_pending(add=[version])
+    assert chroma_of(store).visible_where({"source": "x"}) == {
         "$and": [{"source": "x"}, {"doc_version": {"$nin": [version]}}]
     }
 
@@ -265,7 +264,7 @@ def test_a_reader_sees_a_document_pended_by_another_store_object(
     reader = open_store(tmp_path / "store", embeddings=fake_embeddings)
     text = hidden[0][0]
     assert "hidden.txt" in _files(reader.similarity_search(text, k=40))
-    set_pending(store, add=[version])  # the pending list is read fresh on every search
+    chroma_of(store).set_pending(add=[version])  # the pending list is read fresh on every search
     assert _files(reader.similarity_search(text, k=40)) == {"shown.txt"}
 
 
@@ -275,9 +274,9 @@ def test_searches_around_pending_chunks_find_the_nearest_visible_ones(
 ):
     """Pending chunks are dropped from more results than asked for (or, past a limit,
     filtered out by Chroma): the same k nearest visible chunks either way."""
-    import hyde_lc.store.state
+    import hyde_lc.store.chroma_collection
 
-    monkeypatch.setattr(hyde_lc.store.state, "_POST_FILTER_LIMIT", limit)
+    monkeypatch.setattr(hyde_lc.store.chroma_collection, "POST_FILTER_LIMIT", limit)
     folder = tmp_path / "docs"
     folder.mkdir()
     for i in range(6):
@@ -286,7 +285,7 @@ def test_searches_around_pending_chunks_find_the_nearest_visible_ones(
     ingest_paths([folder], store, chunk_size=150, chunk_overlap=0, progress=False)
     got = store.existing_collection().get(include=["metadatas", "documents"])
     hidden = sorted({m["doc_version"] for m in got["metadatas"] if m["file_name"] < "d4"})
-    set_pending(store, add=hidden)  # two thirds of the collection
+    chroma_of(store).set_pending(add=hidden)  # two thirds of the collection
     where = {"doc_version": {"$nin": hidden}}
     for text in got["documents"][::9]:
         vector = fake_embeddings.embed_query(text)
@@ -320,8 +319,6 @@ def test_langchain_writes_create_the_collection_with_the_model_recorded(tmp_path
 
 
 def test_the_vector_search_helpers_leave_pending_documents_out(two_docs, fake_embeddings):
-    from hyde_lc.search.stores import vector_search
-    from hyde_lc.store.chroma import documents_by_id, mmr_search
 
     store, version, hidden = two_docs
     text = next(t for t, _ in hidden if "hidden3." in t)
@@ -331,16 +328,16 @@ def test_the_vector_search_helpers_leave_pending_documents_out(two_docs, fake_em
     )
     ids = [d.id for d in plain.similarity_search(text, k=40)]
     for target in (store, plain):  # the same hits and relevance, through public API only
-        top = vector_search(target, vector, 1, {})
+        top = backend_for(target, "off").scored(vector, 1, {})
         assert _files(top) == {"hidden.txt"} and top[0].metadata["score"] > 0.99
-    set_pending(store, add=[version])
+    chroma_of(store).set_pending(add=[version])
     for target in (store,):
-        found = vector_search(target, vector, 40, {})
+        found = backend_for(target, "off").scored(vector, 40, {})
         assert _files(found) == {"shown.txt"}
         assert all(-1 <= d.metadata["score"] <= 1.0001 for d in found)
-        diverse = mmr_search(target, vector, 5, {"fetch_k": 40})
+        diverse = backend_for(target, "off").mmr(vector, 5, {"fetch_k": 40})
         assert _files(diverse) == {"shown.txt"} and all(d.metadata["score"] for d in diverse)
-        assert _files(documents_by_id(target, ids)) == {"shown.txt"}
+        assert _files(backend_for(target, "off").documents(ids)) == {"shown.txt"}
 
 
 def test_pages_count_includes_pages_inside_chunks(tmp_path, fake_embeddings):
@@ -348,5 +345,5 @@ def test_pages_count_includes_pages_inside_chunks(tmp_path, fake_embeddings):
     pdf = make_pdf(tmp_path / "s.pdf", [short, short, short])
     store = open_store(tmp_path / "store", embeddings=fake_embeddings)
     ingest_paths([pdf], store, chunk_size=1000, chunk_overlap=100, progress=False)
-    assert len(list(iter_metadatas(store))) == 1
+    assert len(list(chroma_of(store).metadatas())) == 1
     assert collection_info(store)["documents"][0]["pages"] == 3

@@ -8,12 +8,12 @@ restarted by hand).
 import subprocess
 import sys
 
-from hyde_lc.store.chroma import open_store, refresh_store
+from hyde_lc.store.vectorstore import open_store, refresh_store
 from tests.fakes import FakeEmbeddings
 
 WRITER = """
 import sys
-from hyde_lc.store.chroma import open_store
+from hyde_lc.store.vectorstore import open_store
 from tests.fakes import FakeEmbeddings
 store = open_store(sys.argv[1], embeddings=FakeEmbeddings(size=32))
 store.add_texts(["the clockwork was wound by the second keeper"], ids=["late"])

@@ -9,8 +9,8 @@ import pytest
 from hyde_lc.errors import IngestError
 from hyde_lc.ingest.files import ingest_paths
 from hyde_lc.ingest.reading import DEFAULT_LIMITS, InputLimits, find_files, load_document, scan_file
-from hyde_lc.store.chroma import iter_metadatas, open_store
-from tests.fakes import long_text
+from hyde_lc.store.vectorstore import open_store
+from tests.fakes import chroma_of, long_text
 from tests.hostile_pdfs import content_pdf, zip_bomb_pdf
 
 # -- symbolic links -------------------------------------------------------------------------
@@ -85,7 +85,7 @@ def test_ingest_never_stores_the_target_of_a_link_out_of_the_folder(
         "elsewhere.txt": "skipped",
         "linked": "skipped",
     }
-    sources = {meta["source"] for _, meta in iter_metadatas(store)}
+    sources = {meta["source"] for _, meta in chroma_of(store).metadatas()}
     assert sources == {str((corpus / "own.txt").resolve())}
 
 
