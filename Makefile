@@ -40,6 +40,7 @@ lint: install
 	$(BIN)/ruff check hyde_lc tests scripts benchmarks
 	$(BIN)/ruff format --check hyde_lc tests scripts benchmarks
 	$(BIN)/mypy hyde_lc
+	$(BIN)/lint-imports --no-cache
 
 # Every extra, so that CI (and `make install`) has all that any test imports; the pins
 # already in the lock are kept unless an extra needs another version.

@@ -485,14 +485,15 @@ def scale_speed(
     seed: int = 0,
 ) -> dict[str, Any]:
     """Search latency and HNSW recall@k at each collection size, on synthetic vectors."""
-    import chromadb
     from langchain_chroma import Chroma
+
+    from hyde_lc.store.location import StoreLocation
 
     rng = np.random.default_rng(seed)
     rows = []
     for size in sizes:
         vectors = clustered_vectors(size, dim, rng)
-        client = chromadb.PersistentClient(path=str(work / f"scale-{size}"))
+        client = StoreLocation(work / f"scale-{size}", None, "scale").client()
         collection = client.create_collection(
             "scale", configuration={"hnsw": {"space": "cosine"}}, embedding_function=None
         )

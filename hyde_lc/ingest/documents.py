@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from tqdm.auto import tqdm
@@ -50,6 +49,7 @@ from hyde_lc.ingest.files import FileResult, IngestReport, Status, check_counts
 from hyde_lc.store.chroma_collection import SEQ, embedding_dimension
 from hyde_lc.store.collection import HybridCollection, Write
 from hyde_lc.store.location import server_lost_as_error
+from hyde_lc.store.vectorstore import HydeChroma
 
 __all__ = ["document_chunk_id", "ingest_documents"]
 
@@ -73,7 +73,7 @@ def document_chunk_id(doc: Document) -> str:
 
 def ingest_documents(
     documents: Iterable[Document],
-    store: Chroma,
+    store: HydeChroma,
     *,
     replace: bool = True,
     batch_size: int = 64,

@@ -67,7 +67,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from langchain_chroma import Chroma
 from langchain_core.embeddings import Embeddings
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 from tqdm.auto import tqdm
@@ -99,6 +98,7 @@ from hyde_lc.store.chroma_collection import DOC_VERSION, ChromaCollection, embed
 from hyde_lc.store.collection import HybridCollection, Write
 from hyde_lc.store.disk_space import NoSpaceError, check_free, no_space_as_error, space_needed
 from hyde_lc.store.location import server_lost_as_error
+from hyde_lc.store.vectorstore import HydeChroma
 
 logger = logging.getLogger(__name__)
 
@@ -377,7 +377,7 @@ def split_document(
 
 def ingest_paths(
     paths: Sequence[str | Path],
-    store: Chroma,
+    store: HydeChroma,
     *,
     chunk_size: int | None = None,
     chunk_overlap: int | None = None,
