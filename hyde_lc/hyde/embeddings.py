@@ -111,8 +111,9 @@ class HyDEEmbeddings(CheckedModel, Embeddings):
     """Writes the hypothetical passages."""
     base_embeddings: Embeddings
     """Embeds the query, the passages and the documents."""
-    prompt: Annotated[  # type: ignore[type-arg]
-        str | list[str] | BasePromptTemplate, AfterValidator(check_prompt)
+    prompt: Annotated[
+        str | list[str] | BasePromptTemplate,  # type: ignore[type-arg]
+        AfterValidator(check_prompt),
     ] = DEFAULT_PROMPT
     """Prompt name (or LangChain key such as ``"sci_fact"``), one-variable template string
     or ``PromptTemplate`` (LangChain's ``PROMPT_MAP`` templates too); a list gives

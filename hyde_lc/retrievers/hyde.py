@@ -190,8 +190,9 @@ class HyDERetriever(DetailedRetriever):
     ``None`` is the paper's equal weighting (1/(n+1) for ``mean``, equal rankings for
     ``rrf``). Used with ``mean`` and ``rrf`` when ``include_query``; the default does not
     apply to ``concat`` or to ``include_query=False``."""
-    prompt: Annotated[  # type: ignore[type-arg]
-        str | list[str] | BasePromptTemplate, AfterValidator(check_prompt)
+    prompt: Annotated[
+        str | list[str] | BasePromptTemplate,  # type: ignore[type-arg]
+        AfterValidator(check_prompt),
     ] = DEFAULT_PROMPT
     """Prompt name, ``{question}`` template or LangChain ``PromptTemplate`` (variable
     ``question``); a list of names/templates gives ``n_hypotheses`` passages per prompt."""

@@ -51,7 +51,7 @@ from hyde_lc.store.chroma_collection import (
     query_vectors,
     without_bookkeeping,
 )
-from hyde_lc.store.collection import HybridCollection
+from hyde_lc.store.collection import HybridCollection, Where
 from hyde_lc.store.location import StoreLocation, check_collection_name
 
 
@@ -192,25 +192,34 @@ class HydeChroma(Chroma):
         return [doc for doc, _ in found]
 
     def similarity_search_with_score(
-        self, query: str, k: int = 4, **kwargs: Any
+        self, query: str, k: int = 4, filter: Where = None, where_document: Where = None, **kw: Any
     ) -> list[tuple[Document, float]]:
-        """The ``k`` nearest chunks with their distance (lower is nearer; options as Chroma)."""
+        """The ``k`` nearest chunks with their distance (lower is nearer)."""
         vector = self.embeddings.embed_query(query)
-        return self.similarity_search_by_vector_with_relevance_scores(vector, k, **kwargs)
+        return self.similarity_search_by_vector_with_relevance_scores(
+            vector, k, filter, where_document, **kw
+        )
 
     def similarity_search_by_vector(
-        self, embedding: list[float], k: int = 4, **kwargs: Any
+        self,
+        embedding: list[float],
+        k: int = 4,
+        filter: Where = None,
+        where_document: Where = None,
+        **kwargs: Any,
     ) -> list[Document]:
-        """The ``k`` chunks nearest to ``embedding`` (``filter``, ``where_document`` as Chroma)."""
-        found = self.similarity_search_by_vector_with_relevance_scores(embedding, k, **kwargs)
+        """The ``k`` chunks nearest to ``embedding``."""
+        found = self.similarity_search_by_vector_with_relevance_scores(
+            embedding, k, filter, where_document, **kwargs
+        )
         return [doc for doc, _ in found]
 
     def similarity_search_by_vector_with_relevance_scores(
         self,
         embedding: list[float],
         k: int = 4,
-        filter: dict[str, Any] | None = None,
-        where_document: dict[str, Any] | None = None,
+        filter: Where = None,
+        where_document: Where = None,
         **kwargs: Any,
     ) -> list[tuple[Document, float]]:
         """The ``k`` chunks nearest to ``embedding`` with their distance, as `Chroma` gives.
@@ -228,12 +237,12 @@ class HydeChroma(Chroma):
         ]
 
     def similarity_search_with_vectors(
-        self, query: str, k: int = 4, **kwargs: Any
+        self, query: str, k: int = 4, filter: Where = None, where_document: Where = None, **kw: Any
     ) -> list[tuple[Document, Any]]:
-        """The ``k`` chunks nearest to ``query`` with their stored vectors (options as Chroma)."""
+        """The ``k`` chunks nearest to ``query`` with their stored vectors."""
         include = ("documents", "metadatas", "embeddings")
         vector = self.embeddings.embed_query(query)
-        got = self._query(vector, k, include=include, **kwargs)
+        got = self._query(vector, k, filter, where_document, include=include, **kw)
         return list(zip(query_documents(got), query_vectors(got), strict=True))
 
     def max_marginal_relevance_search_by_vector(
@@ -259,11 +268,20 @@ class HydeChroma(Chroma):
         return [docs[i] for i in chosen]
 
     def max_marginal_relevance_search(
-        self, query: str, k: int = 4, fetch_k: int = 20, **kwargs: Any
+        self,
+        query: str,
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        filter: Where = None,
+        where_document: Where = None,
+        **kwargs: Any,
     ) -> list[Document]:
-        """Maximal marginal relevance search for ``query`` (options as the by-vector search)."""
+        """Maximal marginal relevance search for ``query``."""
         vector = self.embeddings.embed_query(query)
-        return self.max_marginal_relevance_search_by_vector(vector, k, fetch_k, **kwargs)
+        return self.max_marginal_relevance_search_by_vector(
+            vector, k, fetch_k, lambda_mult, filter, where_document, **kwargs
+        )
 
     def get(
         self,
