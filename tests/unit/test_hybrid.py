@@ -18,7 +18,7 @@ from hyde_lc.retrievers.hyde import HyDERetriever
 from hyde_lc.search.lexical import LexicalSearch, lexical_search_for
 from hyde_lc.store.chroma_collection import META_HEAD, SEQ
 from hyde_lc.store.collection import HybridCollection
-from hyde_lc.store.lexical_index import lexical_query
+from hyde_lc.store.lexical_index import LexicalIndex, lexical_query
 from hyde_lc.store.vectorstore import open_store
 from tests.fakes import FIVE_FILES, FakeEmbeddings, ScriptedChat, chroma_of, long_text, write_files
 
@@ -727,3 +727,16 @@ def test_a_chunk_a_killed_write_deleted_and_wrote_again_is_kept_by_the_roll_forw
         pass
     assert store.get(ids=[keeper])["ids"] == [keeper]
     assert lexically_found(store, "polished brass") == {"keeper.txt"}
+
+
+def test_a_warm_search_does_not_reload_the_bm25_index(store, monkeypatch):
+    """The index in use is searched as it is; reading it again is the refresh's job."""
+    monkeypatch.setenv("HYDE_LC_REFRESH_INTERVAL", "60")  # no state refresh in between
+    retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, k=2)
+    retriever.invoke("who wound the clockwork")  # warm
+    reloads = []
+    monkeypatch.setattr(LexicalIndex, "reload", lambda self: reloads.append(self))
+    monkeypatch.setattr(LexicalIndex, "__len__", lambda self: reloads.append(self) or 0)
+    for _ in range(3):
+        assert retriever.invoke("who wound the clockwork")
+    assert reloads == []

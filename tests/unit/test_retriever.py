@@ -709,3 +709,32 @@ def test_without_a_writer_the_retriever_searches_the_question_itself(store):
     result = retriever.retrieve_with_details(TOPICS[1])
     assert retriever.n_hypotheses == 0 and result.hypotheses == []
     assert result.label == "hybrid" and result.documents[0].page_content == TOPICS[1]
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+async def test_retrieve_with_details_keeps_the_run_id_it_is_given(store, use_async):
+    """The details come from LangChain's own run: the run id given to it names it."""
+    import uuid
+
+    retriever = HyDERetriever(vectorstore=store, hypothesis_llm=ScriptedChat())
+    recorder, run_id = RunRecorder(), uuid.uuid4()
+    config = {"callbacks": [recorder]}
+    if use_async:
+        result = await retriever.aretrieve_with_details("light", config, run_id=run_id)
+    else:
+        result = retriever.retrieve_with_details("light", config, run_id=run_id)
+    (root,) = [r for r in recorder.runs if r[0] == "retriever"]
+    assert root[1] == run_id and result.documents
+
+
+async def test_details_of_nested_retrievers_stay_apart(store):
+    """A detailed retriever run inside another's run reports to its own caller only."""
+    from hyde_lc import NeighborExpandingRetriever
+
+    inner = HyDERetriever(vectorstore=store, hypothesis_llm=ScriptedChat(), k=2)
+    outer = NeighborExpandingRetriever(base_retriever=inner, k=2, window=1)
+    details = outer.retrieve_with_details("light")
+    assert details.label == outer.label and details.rounds >= 1
+    assert all("window_start" in d.metadata for d in details.documents)
+    again = await outer.aretrieve_with_details("light")
+    assert [d.id for d in again.documents] == [d.id for d in details.documents]

@@ -347,3 +347,17 @@ def test_pages_count_includes_pages_inside_chunks(tmp_path, fake_embeddings):
     ingest_paths([pdf], store, chunk_size=1000, chunk_overlap=100, progress=False)
     assert len(list(chroma_of(store).metadatas())) == 1
     assert collection_info(store)["documents"][0]["pages"] == 3
+
+
+def test_langchain_attributes_answer_on_a_store_opened_fresh(tmp_path, fake_embeddings):
+    """A LangChain user's attribute access works from the start (Chroma's own attributes)."""
+    folder = tmp_path / "fresh"
+    store = open_store(folder, embeddings=fake_embeddings)
+    assert not folder.exists()  # opening created nothing
+    assert store._chroma_collection is None and store._collection_name == "hyde_lc"
+    assert store._embedding_function is fake_embeddings
+    assert store._collection.count() == 0  # the collection a user reaches for is made now
+    assert store._collection_metadata[META_MODEL] == "fake:hash-32"
+    assert store._client.get_collection("hyde_lc").name == "hyde_lc"
+    store.add_texts(["The keeper lit the lamp."])
+    assert store._collection.count() == 1
