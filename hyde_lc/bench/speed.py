@@ -47,6 +47,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from tqdm.auto import tqdm
 
 from hyde_lc.bench.beir import load_beir
+from hyde_lc.core.settings import settings
 from hyde_lc.evaluation.pricing import PricingTable
 from hyde_lc.evaluation.usage import UsageRecorder, encoding_for, estimate_tokens
 
@@ -567,7 +568,7 @@ def run_speed(
             "dataset": data.name,
             "date": date.today().isoformat(),
             "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-            "threads": os.environ.get("HYDE_LC_THREADS", "all cores"),
+            "threads": str(settings().threads or "all cores"),
         }
     )
     with tempfile.TemporaryDirectory(prefix="hyde-speed-", dir=work_dir) as tmp:

@@ -54,7 +54,6 @@ Example:
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -70,6 +69,7 @@ from langchain_core.vectorstores import VectorStore
 
 from hyde_lc.answer import answer_with_context, cited_sources
 from hyde_lc.core.reasoning import strip_reasoning
+from hyde_lc.core.settings import settings
 from hyde_lc.errors import InvalidQueryError, InvalidSettingError
 from hyde_lc.evaluation.any_retriever import (
     query_embeddings,
@@ -114,10 +114,11 @@ def default_mode(
         'hyde'
 
     """
-    from hyde_lc.models.loading import ROLE_ENV
-
-    configured = custom_hyde_llm is not None or (hyde_model or "").strip()
-    configured = configured or os.environ.get(ROLE_ENV["hypothesis"], "").strip()
+    configured = (
+        custom_hyde_llm is not None
+        or bool((hyde_model or "").strip())
+        or settings().hypothesis_llm is not None
+    )
     return "hyde" if hypotheses_asked or configured else "standard"
 
 

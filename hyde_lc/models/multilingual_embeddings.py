@@ -34,7 +34,7 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 from pydantic import BaseModel, ConfigDict, Field
 
-from hyde_lc.core.settings import MAX_THREADS, threads_setting
+from hyde_lc.core.settings import MAX_THREADS, settings
 from hyde_lc.errors import InvalidSettingError, MissingDependencyError
 
 E5_MODEL_ID = "local:multilingual-e5-small"
@@ -60,7 +60,7 @@ def _default_threads() -> int:
 
     Else one per core.
     """
-    threads = threads_setting()
+    threads = settings().threads
     if threads:
         return threads
     value = os.environ.get("OMP_NUM_THREADS", "").strip()
