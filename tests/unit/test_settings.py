@@ -3,15 +3,17 @@
 `hyde_lc.core.settings.settings` reads every variable into a frozen `Settings`; the other
 modules take its fields. Besides its behaviour (the cache, the checks, blank values), a
 look over the package's source holds the rule: no other module reads the environment for
-a ``HYDE_LC_*`` variable.
+a ``HYDE_LC_*`` variable, and no module writes the environment when it is imported.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import os
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -261,6 +263,7 @@ def hyde_lc_readers() -> dict[str, list[str]]:
 
 def test_the_scan_finds_every_way_of_reading_the_environment():
     source = """
+import os
 from os import environ, getenv
 KEY = "HYDE_LC_A"
 os.environ.get("HYDE_LC_B")
@@ -286,3 +289,97 @@ def test_only_the_settings_module_reads_hyde_lc_variables():
         "read HYDE_LC_* variables through hyde_lc.core.settings.settings() only; a module "
         "that now does should leave PENDING"
     )
+
+
+def _runs_at_import(tree: ast.Module) -> list[ast.AST]:
+    """The nodes a module runs when it is imported (not the bodies of its functions)."""
+    found: list[ast.AST] = []
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            continue
+        found.append(node)
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+ENVIRON_WRITES = {"setdefault", "pop", "popitem", "update", "clear"}
+"""Methods of ``os.environ`` that change the environment."""
+
+
+def _writes_environment(node: ast.AST) -> bool:
+    """``os.environ.setdefault(...)``, ``os.environ[...] = ...``, ``os.putenv(...)``, ..."""
+    if isinstance(node, ast.Subscript):
+        return _is_environ(node.value) and not isinstance(node.ctx, ast.Load)
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        return False
+    method, owner = node.func.attr, node.func.value
+    if _is_environ(owner):
+        return method in ENVIRON_WRITES
+    return method in ("putenv", "unsetenv") and isinstance(owner, ast.Name) and owner.id == "os"
+
+
+def environment_writes_at_import(tree: ast.Module) -> list[int]:
+    """Lines of ``tree`` that change the environment when the module is imported."""
+    return sorted(
+        node.lineno
+        for node in _runs_at_import(tree)
+        if isinstance(node, ast.Call | ast.Subscript) and _writes_environment(node)
+    )
+
+
+def test_the_scan_finds_writes_at_import_only():
+    source = """
+import os
+os.environ.setdefault("A", "1")
+os.environ["B"] = "1"
+if True:
+    os.environ.pop("C", None)
+def later():
+    os.environ.setdefault("D", "1")
+class Holder:
+    os.putenv("E", "1")
+CACHE = {}
+CACHE.update({"F": 1})
+"""
+    assert environment_writes_at_import(ast.parse(source)) == [3, 4, 6, 10]
+
+
+def test_no_module_writes_the_environment_when_it_is_imported():
+    writes = {
+        path.relative_to(PACKAGE).as_posix(): lines
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (lines := environment_writes_at_import(ast.parse(path.read_text(encoding="utf-8"))))
+    }
+    assert writes == {}
+
+
+def test_onnxruntime_is_imported_with_its_telemetry_off(monkeypatch):
+    pytest.importorskip("onnxruntime")
+    from hyde_lc.models.local_embeddings import import_onnxruntime
+
+    for name in ("ORT_DISABLE_TELEMETRY", "ORT_TELEMETRY_DISABLED"):
+        monkeypatch.delenv(name, raising=False)
+    import_onnxruntime()
+    assert os.environ["ORT_DISABLE_TELEMETRY"] == os.environ["ORT_TELEMETRY_DISABLED"] == "1"
+    monkeypatch.setenv("ORT_DISABLE_TELEMETRY", "0")  # the user's choice is kept
+    import_onnxruntime()
+    assert os.environ["ORT_DISABLE_TELEMETRY"] == "0"
+
+
+def test_ragas_is_imported_with_its_tracking_off(monkeypatch):
+    from hyde_lc.evaluation import ragas_metrics
+
+    imported: list[tuple[str, str | None]] = []
+
+    def import_module(name: str) -> SimpleNamespace:
+        imported.append((name, os.environ.get("RAGAS_DO_NOT_TRACK")))
+        return SimpleNamespace(RunConfig=dict, RougeScore=object)
+
+    monkeypatch.setattr(ragas_metrics, "importlib", SimpleNamespace(import_module=import_module))
+    monkeypatch.delenv("RAGAS_DO_NOT_TRACK", raising=False)
+    ragas_metrics._ragas_class("RougeScore")
+    monkeypatch.setenv("RAGAS_DO_NOT_TRACK", "false")  # the user's choice is kept
+    ragas_metrics._run_config(None, None)
+    assert imported == [("ragas.metrics", "true"), ("ragas.run_config", "false")]
