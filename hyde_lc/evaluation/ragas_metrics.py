@@ -130,7 +130,7 @@ class Scores(list[dict[str, float | None]]):
 
 
 def choose_metrics(
-    judge_llm: BaseLanguageModel | None = None, judge_embeddings: Embeddings | None = None
+    judge_llm: BaseLanguageModel[Any] | None = None, judge_embeddings: Embeddings | None = None
 ) -> tuple[list[str], dict[str, str]]:
     """Every metric the given judges allow, and the others with what they would need.
 
@@ -171,7 +171,7 @@ def score_records(
     records: Sequence[dict[str, Any]],
     metrics: Sequence[str] | None = None,
     *,
-    judge_llm: BaseLanguageModel | None = None,
+    judge_llm: BaseLanguageModel[Any] | None = None,
     judge_embeddings: Embeddings | None = None,
     show_progress: bool = False,
     timeout: float | None = None,
@@ -230,7 +230,9 @@ def score_records(
     return scores
 
 
-def _build(class_name: str, llm: BaseLanguageModel | None, embeddings: Embeddings | None) -> Any:
+def _build(
+    class_name: str, llm: BaseLanguageModel[Any] | None, embeddings: Embeddings | None
+) -> Any:
     metric = _ragas_class(class_name)()
     if llm is not None and hasattr(metric, "llm"):
         with warnings.catch_warnings():
@@ -243,7 +245,7 @@ def _build(class_name: str, llm: BaseLanguageModel | None, embeddings: Embedding
     return metric
 
 
-def _run_config(judge_llm: BaseLanguageModel | None, timeout: float | None) -> Any:
+def _run_config(judge_llm: BaseLanguageModel[Any] | None, timeout: float | None) -> Any:
     """Ragas' run settings: a local judge gets one worker and a long timeout."""
     run_config = _ragas("ragas.run_config")
     local = type(judge_llm).__name__ == "LocalChatModel"

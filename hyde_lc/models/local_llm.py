@@ -370,7 +370,9 @@ class LocalChatModel(BaseChatModel):
         """The reported model name."""
         return self.model_name or os.path.basename(self.model_path)
 
-    def _request(self, messages: list[BaseMessage], stop: list[str] | None, **kwargs: Any) -> dict:
+    def _request(
+        self, messages: list[BaseMessage], stop: list[str] | None, **kwargs: Any
+    ) -> dict[str, Any]:
         request: dict[str, Any] = {
             "messages": [{"role": _role(m), "content": m.text} for m in messages],
             "temperature": kwargs.get("temperature", self.temperature),

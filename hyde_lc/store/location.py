@@ -119,7 +119,7 @@ class StoreLocation:
     @classmethod
     def resolve(
         cls,
-        path: str | os.PathLike | None = None,
+        path: str | os.PathLike[str] | None = None,
         url: str | None = None,
         collection: str | None = None,
         timeout: float | None = None,
