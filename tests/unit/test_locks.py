@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,7 +33,7 @@ def held_elsewhere(path: Path, note: str = "process 4242") -> Iterator[None]:
         yield
 
 
-def test_a_lock_is_held_for_the_block_and_re_entrant_in_its_thread(tmp_path):
+def test_a_lock_is_held_for_the_block_and_re_entrant_in_its_thread(tmp_path: Path) -> None:
     path = tmp_path / "sub" / "x.lock"
     with file_lock(path):
         assert is_locked(path) and holder_note(path) is None  # this thread's own
@@ -41,7 +42,7 @@ def test_a_lock_is_held_for_the_block_and_re_entrant_in_its_thread(tmp_path):
     assert not is_locked(path) and path.exists()  # kept unless remove=True
 
 
-def test_wait_false_refuses_at_once_naming_the_holder(tmp_path):
+def test_wait_false_refuses_at_once_naming_the_holder(tmp_path: Path) -> None:
     path = tmp_path / "x.lock"
     with held_elsewhere(path), pytest.raises(LockHeldError) as refused, file_lock(path, wait=False):
         pytest.fail("the block ran while another held the lock")
@@ -49,7 +50,9 @@ def test_wait_false_refuses_at_once_naming_the_holder(tmp_path):
     assert path.read_text() == "process 4242\n"  # the holder's note is left alone
 
 
-def test_a_waiting_lock_logs_its_note_and_gets_the_lock_when_released(tmp_path, caplog):
+def test_a_waiting_lock_logs_its_note_and_gets_the_lock_when_released(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "x.lock"
     release = threading.Event()
     holding = threading.Event()
@@ -72,35 +75,35 @@ def test_a_waiting_lock_logs_its_note_and_gets_the_lock_when_released(tmp_path, 
     assert "x is being written by process 77; waiting for it to finish" in caplog.text
 
 
-def test_remove_deletes_the_lock_file_on_release(tmp_path):
+def test_remove_deletes_the_lock_file_on_release(tmp_path: Path) -> None:
     path = tmp_path / "x.lock"
     with file_lock(path, wait=False, remove=True):
         assert path.exists()
     assert not path.exists()
 
 
-def test_a_lock_file_removed_while_being_opened_is_not_the_one_locked(tmp_path, monkeypatch):
+def test_a_lock_file_removed_while_being_opened_is_not_the_one_locked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A holder that removes its file on release: whoever opened the old file locks anew."""
-    import hyde_lc.core.locks as locks
-
     path = tmp_path / "x.lock"
-    opened = []
+    opened: list[bool] = []
     real_open = Path.open
 
-    def open_then_lose_it(self: Path, *args, **kwargs):
+    def open_then_lose_it(self: Path, *args: Any, **kwargs: Any) -> Any:
         handle = real_open(self, *args, **kwargs)
         if self == path and not opened:
             opened.append(True)
             self.unlink()  # the holder tidied it away between our open and our lock
         return handle
 
-    monkeypatch.setattr(locks.Path, "open", open_then_lose_it)
+    monkeypatch.setattr(Path, "open", open_then_lose_it)
     with file_lock(path, wait=False, remove=True):
         assert opened and path.exists()
         assert is_locked(path)
 
 
-def test_holder_note_looks_without_creating_or_keeping_anything(tmp_path):
+def test_holder_note_looks_without_creating_or_keeping_anything(tmp_path: Path) -> None:
     path = tmp_path / "x.lock"
     assert holder_note(path) is None and not path.exists()
     with held_elsewhere(path):
@@ -110,7 +113,7 @@ def test_holder_note_looks_without_creating_or_keeping_anything(tmp_path):
         pass
 
 
-def test_an_empty_note_names_another_process(tmp_path):
+def test_an_empty_note_names_another_process(tmp_path: Path) -> None:
     path = tmp_path / "x.lock"
     with held_elsewhere(path, ""):
         assert holder_note(path) == "another process"
@@ -121,7 +124,7 @@ def test_an_empty_note_names_another_process(tmp_path):
             pass
 
 
-def test_only_the_locks_module_calls_flock():
+def test_only_the_locks_module_calls_flock() -> None:
     users = sorted(
         path.relative_to(PACKAGE).as_posix()
         for path in PACKAGE.rglob("*.py")

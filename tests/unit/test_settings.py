@@ -14,6 +14,7 @@ import os
 import re
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TypeGuard
 
 import pytest
 
@@ -42,7 +43,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 # -- what settings() returns -------------------------------------------------------------------
 
 
-def test_every_field_names_its_variable_and_every_variable_has_a_field():
+def test_every_field_names_its_variable_and_every_variable_has_a_field() -> None:
     names = [f.metadata["env"] for f in dataclasses.fields(Settings)]
     assert len(names) == len(set(names)) == len(ENV_NAMES)
     assert all(name.startswith("HYDE_LC_") for name in names)
@@ -55,7 +56,7 @@ def test_every_field_names_its_variable_and_every_variable_has_a_field():
     assert set(re.findall(r"HYDE_LC_[A-Z_]+", EPILOG)) == set(ENV_NAMES)
 
 
-def test_unset_variables_give_the_defaults(clean_env):
+def test_unset_variables_give_the_defaults(clean_env: pytest.MonkeyPatch) -> None:
     assert settings() == Settings()
     assert (settings().n_ctx, settings().threads, settings().request_timeout) == (4096, 0, 60.0)
     assert (settings().refresh_interval, settings().audit_interval) == (1.0, 600.0)
@@ -63,13 +64,13 @@ def test_unset_variables_give_the_defaults(clean_env):
     assert settings().debug is False
 
 
-def test_blank_values_mean_unset(clean_env):
+def test_blank_values_mean_unset(clean_env: pytest.MonkeyPatch) -> None:
     for name in ENV_NAMES:
         clean_env.setenv(name, "  ")
     assert settings() == Settings()
 
 
-def test_values_are_typed(clean_env):
+def test_values_are_typed(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("HYDE_LC_STORE", "~/stores/a")
     clean_env.setenv("HYDE_LC_HYPOTHESIS_LLM", " local:smollm2-135m ")
     clean_env.setenv("HYDE_LC_N_CTX", " 8192 ")
@@ -81,19 +82,19 @@ def test_values_are_typed(clean_env):
     assert got.hypothesis_llm == "local:smollm2-135m"
     assert (got.n_ctx, got.audit_interval, got.chroma_timeout, got.debug) == (8192, 0, 2.5, True)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        got.n_ctx = 1
+        got.n_ctx = 1  # type: ignore[misc]
 
 
 # -- parsed once per environment -----------------------------------------------------------
 
 
-def test_the_same_environment_gives_the_same_object(clean_env):
+def test_the_same_environment_gives_the_same_object(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("HYDE_LC_THREADS", "3")
     first = settings()
     assert settings() is first
 
 
-def test_a_changed_value_is_read_at_the_next_call(clean_env):
+def test_a_changed_value_is_read_at_the_next_call(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("HYDE_LC_THREADS", "3")
     first = settings()
     clean_env.setenv("HYDE_LC_THREADS", "5")
@@ -104,7 +105,7 @@ def test_a_changed_value_is_read_at_the_next_call(clean_env):
     assert settings().threads == 3
 
 
-def test_a_bad_value_is_not_kept(clean_env):
+def test_a_bad_value_is_not_kept(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("HYDE_LC_THREADS", "many")
     for _ in range(2):  # refused each time, not remembered as valid
         with pytest.raises(InvalidSettingError):
@@ -140,14 +141,16 @@ def test_a_bad_value_is_not_kept(clean_env):
          "HYDE_LC_CHROMA_TIMEOUT=30"),
     ],
 )  # fmt: skip
-def test_a_bad_value_fails_the_first_call_naming_the_variable(clean_env, name, raw, message):
+def test_a_bad_value_fails_the_first_call_naming_the_variable(
+    clean_env: pytest.MonkeyPatch, name: str, raw: str, message: str
+) -> None:
     clean_env.setenv(name, raw)
     with pytest.raises(InvalidSettingError) as refused:
         settings()
     assert str(refused.value) == message
 
 
-def test_a_bad_chroma_timeout_is_a_store_error_too(clean_env):
+def test_a_bad_chroma_timeout_is_a_store_error_too(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("HYDE_LC_CHROMA_TIMEOUT", "inf")
     with pytest.raises(StoreError, match="HYDE_LC_CHROMA_TIMEOUT must be a positive number"):
         settings()
@@ -161,7 +164,9 @@ def test_a_bad_chroma_timeout_is_a_store_error_too(clean_env):
     ],
 )
 @pytest.mark.parametrize("raw", ["", "0", "2.5", "3600", "604800", "-1", "1e9", "nan", "soon"])
-def test_the_collection_intervals_read_as_settings_reads_them(clean_env, name, field, reader, raw):
+def test_the_collection_intervals_read_as_settings_reads_them(
+    clean_env: pytest.MonkeyPatch, name: str, field: str, reader: str, raw: str
+) -> None:
     """`hyde_lc.store.collection`'s own readers and `settings()` agree, message for message."""
     from hyde_lc.store import collection
 
@@ -175,7 +180,7 @@ def test_the_collection_intervals_read_as_settings_reads_them(clean_env, name, f
     assert outcomes[0] == outcomes[1]
 
 
-def test_env_float_reads_one_variable_as_settings_does(clean_env):
+def test_env_float_reads_one_variable_as_settings_does(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("HYDE_LC_REFRESH_INTERVAL", " 7 ")
     assert env_float("HYDE_LC_REFRESH_INTERVAL", 1.0, low=0, high=3600, what="s") == 7.0
     clean_env.setenv("HYDE_LC_REFRESH_INTERVAL", "x")
@@ -186,7 +191,7 @@ def test_env_float_reads_one_variable_as_settings_does(clean_env):
 # -- the package's source: one reader, no writes at import ---------------------------------
 
 
-def _is_environ(node: ast.AST) -> bool:
+def _is_environ(node: ast.AST) -> TypeGuard[ast.Attribute | ast.Name]:
     """``os.environ`` (or ``environ`` imported from os)."""
     if isinstance(node, ast.Attribute):
         return node.attr == "environ" and isinstance(node.value, ast.Name) and node.value.id == "os"
@@ -261,7 +266,7 @@ def hyde_lc_readers() -> dict[str, list[str]]:
     return readers
 
 
-def test_the_scan_finds_every_way_of_reading_the_environment():
+def test_the_scan_finds_every_way_of_reading_the_environment() -> None:
     source = """
 import os
 from os import environ, getenv
@@ -283,7 +288,7 @@ os.environ.get("OMP_NUM_THREADS")
     ]  # fmt: skip
 
 
-def test_only_the_settings_module_reads_hyde_lc_variables():
+def test_only_the_settings_module_reads_hyde_lc_variables() -> None:
     readers = hyde_lc_readers()
     assert readers == PENDING, (
         "read HYDE_LC_* variables through hyde_lc.core.settings.settings() only; a module "
@@ -329,7 +334,7 @@ def environment_writes_at_import(tree: ast.Module) -> list[int]:
     )
 
 
-def test_the_scan_finds_writes_at_import_only():
+def test_the_scan_finds_writes_at_import_only() -> None:
     source = """
 import os
 os.environ.setdefault("A", "1")
@@ -346,7 +351,7 @@ CACHE.update({"F": 1})
     assert environment_writes_at_import(ast.parse(source)) == [3, 4, 6, 10]
 
 
-def test_no_module_writes_the_environment_when_it_is_imported():
+def test_no_module_writes_the_environment_when_it_is_imported() -> None:
     writes = {
         path.relative_to(PACKAGE).as_posix(): lines
         for path in sorted(PACKAGE.rglob("*.py"))
@@ -355,7 +360,7 @@ def test_no_module_writes_the_environment_when_it_is_imported():
     assert writes == {}
 
 
-def test_onnxruntime_is_imported_with_its_telemetry_off(monkeypatch):
+def test_onnxruntime_is_imported_with_its_telemetry_off(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("onnxruntime")
     from hyde_lc.models.local_embeddings import import_onnxruntime
 
@@ -368,7 +373,7 @@ def test_onnxruntime_is_imported_with_its_telemetry_off(monkeypatch):
     assert os.environ["ORT_DISABLE_TELEMETRY"] == "0"
 
 
-def test_ragas_is_imported_with_its_tracking_off(monkeypatch):
+def test_ragas_is_imported_with_its_tracking_off(monkeypatch: pytest.MonkeyPatch) -> None:
     from hyde_lc.evaluation import ragas_metrics
 
     imported: list[tuple[str, str | None]] = []
