@@ -94,6 +94,13 @@ class StoreError(HydeLcError):
     """The vector store could not be opened or is not a hyde_lc collection."""
 
 
+class InvalidStoreSettingError(InvalidSettingError, StoreError):
+    """A store setting outside its range (``HYDE_LC_CHROMA_TIMEOUT``, ``timeout=``).
+
+    Both a bad setting and a store error: caught as either.
+    """
+
+
 class StoreUnavailableError(StoreError):
     """The Chroma server stopped answering in the middle of a run (stopped, crashed)."""
 

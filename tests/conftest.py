@@ -13,6 +13,11 @@ import pytest
 from tests.fakes import ROOT, SAMPLE_PDF, SHARED, FakeEmbeddings, make_pdf
 
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+# Tests import onnxruntime and ragas themselves too; hyde_lc switches their telemetry off
+# only on its own imports of them.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("ORT_TELEMETRY_DISABLED", "1")
+os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
 # A hypothesis model configured in the caller's shell would turn HyDE on by default.
 os.environ.pop("HYDE_LC_HYPOTHESIS_LLM", None)
 

@@ -47,7 +47,8 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from tqdm.auto import tqdm
 
 from hyde_lc.bench.beir import load_beir
-from hyde_lc.evaluation.pricing import PricingTable
+from hyde_lc.core.settings import settings
+from hyde_lc.evaluation.pricing import Price, PricingTable
 from hyde_lc.evaluation.usage import UsageRecorder, encoding_for, estimate_tokens
 
 SECTIONS = ("ingest", "query", "concurrency", "scale")
@@ -380,7 +381,7 @@ def cost_per_query(
         enc = encoding_for("openai", model)
         embed_enc = encoding_for("openai", embedding_model)
 
-        def usd(inputs: int, outputs: int, p: Any = price) -> float:
+        def usd(inputs: int, outputs: int, p: Price = price) -> float:
             return (inputs * p.input_per_million + outputs * p.output_per_million) / 1e6
 
         hyp = answer = embed = std_embed = 0.0
@@ -472,7 +473,8 @@ def _near(points: np.ndarray, rng: np.random.Generator, distance: float = 0.3) -
     step = rng.standard_normal(points.shape).astype(np.float32)
     step *= distance / np.linalg.norm(step, axis=1, keepdims=True)
     moved = points + step
-    return moved / np.linalg.norm(moved, axis=1, keepdims=True)
+    unit: np.ndarray = moved / np.linalg.norm(moved, axis=1, keepdims=True)
+    return unit
 
 
 def scale_speed(
@@ -568,7 +570,7 @@ def run_speed(
             "dataset": data.name,
             "date": date.today().isoformat(),
             "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-            "threads": os.environ.get("HYDE_LC_THREADS", "all cores"),
+            "threads": str(settings().threads or "all cores"),
         }
     )
     with tempfile.TemporaryDirectory(prefix="hyde-speed-", dir=work_dir) as tmp:

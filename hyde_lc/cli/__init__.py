@@ -29,6 +29,7 @@ from typing import Any
 from hyde_lc.cli import ask, bench, collection, evaluate
 from hyde_lc.cli.options import unicode_problem
 from hyde_lc.cli.render import shown_line
+from hyde_lc.core.settings import settings
 from hyde_lc.errors import HydeLcError
 from hyde_lc.hyde.prompts import DEFAULT_PROMPT, PROMPTS
 from hyde_lc.ingest.samples import sample_files
@@ -128,7 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    debug = False
     try:
+        debug = settings().debug  # a bad HYDE_LC_* value is refused before any work
         return int(args.func(args))
     except HydeLcError as exc:
         print(f"hyde-lc: error: {shown_line(str(exc))}", file=sys.stderr)
@@ -142,7 +145,7 @@ def _run(argv: Sequence[str] | None) -> int:
         print(f"hyde-lc: error: {shown_line(_unicode_message(exc))}", file=sys.stderr)
         return 2
     except Exception as exc:  # no user should meet a bare traceback
-        if os.environ.get("HYDE_LC_DEBUG"):
+        if debug:
             raise
         print(
             f"hyde-lc: error: {type(exc).__name__}: {shown_line(str(exc))}\n"

@@ -11,7 +11,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from typing import Any
@@ -24,14 +23,13 @@ from hyde_lc.cli.options import (
     positive_int,
 )
 from hyde_lc.cli.render import info_lines, ingest_lines, json_text, shown_line
+from hyde_lc.core.settings import settings
 from hyde_lc.errors import HydeLcError
 
 SAMPLE_LANGUAGES = ("en", "zh")
 """`hyde_lc.ingest.samples.SAMPLE_LANGUAGES` (kept here: the parser does not import the library)."""
 MULTILINGUAL_EMBEDDINGS = "local:multilingual-e5-small"
 """`hyde_lc.core.language.MULTILINGUAL_EMBEDDINGS`: ``--sample zh`` embeds a new collection so."""
-EMBEDDINGS_ENV = "HYDE_LC_EMBEDDINGS"
-"""`hyde_lc.models.loading.EMBEDDINGS_ENV`."""
 UNDONE_STATUSES = ("empty", "skipped")
 """File statuses that leave work undone: the command ingests the rest, then exits 1."""
 
@@ -60,7 +58,7 @@ def sample_embeddings(args: argparse.Namespace) -> str | None:
         'local:multilingual-e5-small'
 
     """
-    if args.sample != "zh" or args.embeddings or os.environ.get(EMBEDDINGS_ENV):
+    if args.sample != "zh" or args.embeddings or settings().embeddings:
         return None
     from hyde_lc.store.location import StoreLocation
     from hyde_lc.store.vectorstore import collection_exists

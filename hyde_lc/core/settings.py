@@ -1,14 +1,24 @@
-"""Reading ``HYDE_LC_*`` settings from the environment: checked, bounded, named in errors.
+"""hyde_lc's settings from the environment: every ``HYDE_LC_*`` variable, read here only.
 
-A setting read from the environment is a whole number or a number of seconds within a
-stated range; anything else raises `hyde_lc.errors.InvalidSettingError` naming the
-variable, the value found and the range allowed, before any work starts (a context
-window of 100 million tokens would otherwise allocate tens of GB, and 2,000 threads
-abort the OpenMP runtime).
+`settings()` reads all of them at once into a frozen `Settings`, one typed field per
+variable. A variable that is unset or blank leaves its field at the default. A bad value
+raises `hyde_lc.errors.InvalidSettingError` naming the variable, the value found and
+what is allowed, before any work starts (a context window of 100 million tokens would
+otherwise allocate tens of GB, and 2,000 threads abort the OpenMP runtime).
+
+What `settings()` returns is kept for as long as the raw values of these variables stay
+the same: a program that leaves its environment alone parses it once, and a change (a
+test's ``monkeypatch.setenv``, a script that points ``HYDE_LC_CACHE_DIR`` elsewhere) is
+seen at the next call.
 
 Example:
-    >>> env_int("HYDE_LC_N_CTX", 4096, low=256, high=131_072, what="tokens")  # doctest: +SKIP
+    >>> import os
+    >>> os.environ["HYDE_LC_N_CTX"] = "8192"
+    >>> settings().n_ctx
     8192
+    >>> del os.environ["HYDE_LC_N_CTX"]
+    >>> settings().n_ctx
+    4096
 
 """
 
@@ -16,64 +26,266 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
 
-from hyde_lc.errors import InvalidSettingError
+from hyde_lc.errors import InvalidSettingError, InvalidStoreSettingError
 
-__all__ = ["MAX_THREADS", "THREADS_ENV", "env_float", "env_int", "threads_setting"]
+__all__ = [
+    "CHROMA_TIMEOUT_ENV",
+    "DEFAULT_AUDIT_INTERVAL",
+    "DEFAULT_CHROMA_TIMEOUT",
+    "DEFAULT_CONTEXT_SIZE",
+    "DEFAULT_REFRESH_INTERVAL",
+    "DEFAULT_REQUEST_TIMEOUT",
+    "ENV_NAMES",
+    "MAX_CONTEXT_SIZE",
+    "MAX_THREADS",
+    "Settings",
+    "check_chroma_timeout",
+    "env_float",
+    "settings",
+]
 
-THREADS_ENV = "HYDE_LC_THREADS"
+CHROMA_TIMEOUT_ENV = "HYDE_LC_CHROMA_TIMEOUT"
+"""The variable with the seconds one request to a Chroma server may take."""
+DEFAULT_CHROMA_TIMEOUT = 30.0
+"""Seconds a Chroma server request may take unless ``HYDE_LC_CHROMA_TIMEOUT`` says."""
+DEFAULT_REQUEST_TIMEOUT = 60.0
+"""Seconds a remote model request may take unless ``HYDE_LC_REQUEST_TIMEOUT`` says."""
+DEFAULT_CONTEXT_SIZE = 4096
+"""Tokens of context window per request of a local model unless ``HYDE_LC_N_CTX`` says."""
+MAX_CONTEXT_SIZE = 131_072
+"""The largest ``HYDE_LC_N_CTX``: 128K tokens, beyond any embedded model's trained window
+(32K for Qwen2.5-Coder); memory grows with it (100 million tokens took over 20 GB)."""
+DEFAULT_REFRESH_INTERVAL = 1.0
+"""Seconds a search may reuse the collection's state unless ``HYDE_LC_REFRESH_INTERVAL`` says."""
+DEFAULT_AUDIT_INTERVAL = 600.0
+"""Seconds between background index audits unless ``HYDE_LC_AUDIT_INTERVAL`` says."""
 MAX_THREADS = 256
 """The most CPU threads ``HYDE_LC_THREADS`` may ask for (thousands abort the OpenMP runtime)."""
 
 
-def _raw(name: str) -> str | None:
-    raw = os.environ.get(name)
-    return None if raw is None or not raw.strip() else raw.strip()
+_Parse = Callable[[str, str, Any], Any]
+"""How a field reads its variable: ``parse(name, raw, default)``, ``raw`` as found (not blank)."""
 
 
-def env_int(
-    name: str, default: int, *, low: int, high: int, what: str, example: int | None = None
-) -> int:
-    """``$name`` as a whole number from ``low`` to ``high``; ``default`` when unset or blank.
-
-    ``what`` says what the number is (``"tokens of context per request"``) in the error,
-    and ``example`` (default: ``default``) is the value it suggests.
-    """
-    raw = _raw(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = None
-    if value is None or not low <= value <= high:
-        raise InvalidSettingError(
-            f"{name}={raw[:40]!r} is not valid: give a whole number from {low:,} to "
-            f"{high:,} ({what}), e.g. {name}={default if example is None else example}; "
-            "or unset it for the default"
-        )
-    return value
+def _reads(name: str, parse: _Parse) -> dict[str, Any]:
+    """The metadata of a `Settings` field that ``parse`` reads from ``$name``."""
+    return {"env": name, "parse": parse}
 
 
-def env_float(name: str, default: float, *, low: float, high: float, what: str) -> float:
-    """``$name`` as a number from ``low`` to ``high``; ``default`` when unset or blank."""
-    raw = _raw(name)
-    if raw is None:
-        return default
+def _text(name: str, raw: str, default: Any) -> str:
+    return raw.strip()
+
+
+def _path(name: str, raw: str, default: Any) -> Path:
+    return Path(raw.strip())
+
+
+def _flag(name: str, raw: str, default: Any) -> bool:
+    return True
+
+
+def _whole_number(*, low: int, high: int, what: str, example: int) -> _Parse:
+    """Read a whole number from ``low`` to ``high``; ``what`` it counts goes in the error."""
+
+    def parse(name: str, raw: str, default: Any) -> int:
+        raw = raw.strip()
+        try:
+            value: int | None = int(raw)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise InvalidSettingError(
+                f"{name}={raw[:40]!r} is not valid: give a whole number from {low:,} to "
+                f"{high:,} ({what}), e.g. {name}={example}; or unset it for the default"
+            )
+        return value
+
+    return parse
+
+
+def _number(*, low: float, high: float, what: str) -> _Parse:
+    """Read a number from ``low`` to ``high``; ``what`` it measures goes in the error."""
+
+    def parse(name: str, raw: str, default: Any) -> float:
+        raw = raw.strip()
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not low <= value <= high:  # nan fails every comparison
+            raise InvalidSettingError(
+                f"{name}={raw[:40]!r} is not valid: give a number from {low:g} to {high:g} "
+                f"({what}), e.g. {name}={default:g}; or unset it for the default"
+            )
+        return value
+
+    return parse
+
+
+def _request_timeout(name: str, raw: str, default: Any) -> float:
+    raw = raw.strip()
     try:
         value = float(raw)
     except ValueError:
-        value = math.nan
-    if not low <= value <= high:  # nan fails every comparison
+        value = 0.0
+    if not value > 0:
         raise InvalidSettingError(
-            f"{name}={raw[:40]!r} is not valid: give a number from {low:g} to {high:g} "
-            f"({what}), e.g. {name}={default:g}; or unset it for the default"
+            f"{name}={raw!r} is not a timeout: give a positive number of seconds, e.g. {name}=120"
         )
     return value
 
 
-def threads_setting() -> int:
-    """``HYDE_LC_THREADS``: CPU threads for the local models (1 to `MAX_THREADS`; 0 if unset)."""
-    return env_int(
-        THREADS_ENV, 0, low=0, high=MAX_THREADS, what="CPU threads; 0 for one per core", example=2
+def check_chroma_timeout(value: float | str, where: str = CHROMA_TIMEOUT_ENV) -> float:
+    """``value`` as the seconds a Chroma server request may take: a positive finite number.
+
+    ``where`` names the value in the error (the variable, or ``timeout`` for an argument);
+    the error is an `InvalidStoreSettingError`, a bad setting and a store error alike.
+    """
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise InvalidStoreSettingError(
+            f"{where} must be a positive number of seconds (how long a Chroma server may take "
+            f"to answer one request), got {value!r}; e.g. {CHROMA_TIMEOUT_ENV}=30"
+        )
+    return seconds
+
+
+def _chroma_timeout(name: str, raw: str, default: Any) -> float:
+    return check_chroma_timeout(raw, name)
+
+
+_REFRESH_INTERVAL = _number(
+    low=0,
+    high=3600,
+    what="seconds: how old the collection's state a search may use; 0 reads it for every search",
+)
+_AUDIT_INTERVAL = _number(
+    low=0,
+    high=7 * 86400,
+    what="seconds between background comparisons of the lexical index with its collection; "
+    "0 turns them off",
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every ``HYDE_LC_*`` variable, read from the environment and checked (`settings()`).
+
+    A field keeps its default when its variable is unset or blank; ``None`` stands for
+    "not set", where the code that uses the field chooses (a model spec's default depends
+    on the role, for instance). Text is stripped of surrounding whitespace. Paths are kept
+    as given: ``~`` is expanded where they are used.
+
+    Example:
+        >>> Settings().request_timeout
+        60.0
+
+    """
+
+    store: Path | None = field(default=None, metadata=_reads("HYDE_LC_STORE", _path))
+    """``HYDE_LC_STORE``: the Chroma folder (None: ``./.hyde_lc``, unless ``chroma_url``)."""
+    chroma_url: str | None = field(default=None, metadata=_reads("HYDE_LC_CHROMA_URL", _text))
+    """``HYDE_LC_CHROMA_URL``: a Chroma server to use instead of a folder."""
+    collection: str | None = field(default=None, metadata=_reads("HYDE_LC_COLLECTION", _text))
+    """``HYDE_LC_COLLECTION``: the collection's name (None: ``hyde_lc``)."""
+    chroma_timeout: float = field(
+        default=DEFAULT_CHROMA_TIMEOUT, metadata=_reads(CHROMA_TIMEOUT_ENV, _chroma_timeout)
     )
+    """``HYDE_LC_CHROMA_TIMEOUT``: seconds one Chroma server request may take (positive, 30)."""
+    embeddings: str | None = field(default=None, metadata=_reads("HYDE_LC_EMBEDDINGS", _text))
+    """``HYDE_LC_EMBEDDINGS``: the embeddings spec of new collections (None: the default)."""
+    hypothesis_llm: str | None = field(
+        default=None, metadata=_reads("HYDE_LC_HYPOTHESIS_LLM", _text)
+    )
+    """``HYDE_LC_HYPOTHESIS_LLM``: the hypothesis model's spec (set, it turns HyDE on)."""
+    answer_llm: str | None = field(default=None, metadata=_reads("HYDE_LC_ANSWER_LLM", _text))
+    """``HYDE_LC_ANSWER_LLM``: the answer model's spec (None: the default)."""
+    request_timeout: float = field(
+        default=DEFAULT_REQUEST_TIMEOUT,
+        metadata=_reads("HYDE_LC_REQUEST_TIMEOUT", _request_timeout),
+    )
+    """``HYDE_LC_REQUEST_TIMEOUT``: seconds one remote model request may take (positive, 60)."""
+    refresh_interval: float = field(
+        default=DEFAULT_REFRESH_INTERVAL,
+        metadata=_reads("HYDE_LC_REFRESH_INTERVAL", _REFRESH_INTERVAL),
+    )
+    """``HYDE_LC_REFRESH_INTERVAL``: how old (0 to 3600 s; 1) a search's collection state may be."""
+    audit_interval: float = field(
+        default=DEFAULT_AUDIT_INTERVAL, metadata=_reads("HYDE_LC_AUDIT_INTERVAL", _AUDIT_INTERVAL)
+    )
+    """``HYDE_LC_AUDIT_INTERVAL``: seconds (0 to 7 days; 600; 0 = off) between index audits."""
+    n_ctx: int = field(
+        default=DEFAULT_CONTEXT_SIZE,
+        metadata=_reads(
+            "HYDE_LC_N_CTX",
+            _whole_number(
+                low=256,
+                high=MAX_CONTEXT_SIZE,
+                what="tokens of context window per request",
+                example=8192,
+            ),
+        ),
+    )
+    """``HYDE_LC_N_CTX``: a local model's context window, in tokens (256 to 131,072; 4,096)."""
+    threads: int = field(
+        default=0,
+        metadata=_reads(
+            "HYDE_LC_THREADS",
+            _whole_number(
+                low=0, high=MAX_THREADS, what="CPU threads; 0 for one per core", example=2
+            ),
+        ),
+    )
+    """``HYDE_LC_THREADS``: CPU threads of the local models (0 to 256; 0: one per core)."""
+    cache_dir: Path | None = field(default=None, metadata=_reads("HYDE_LC_CACHE_DIR", _path))
+    """``HYDE_LC_CACHE_DIR``: weights and indexes cache (None: ``$XDG_CACHE_HOME/hyde_lc``)."""
+    pricing: Path | None = field(default=None, metadata=_reads("HYDE_LC_PRICING", _path))
+    """``HYDE_LC_PRICING``: a pricing table to use instead of the bundled one."""
+    debug: bool = field(default=False, metadata=_reads("HYDE_LC_DEBUG", _flag))
+    """``HYDE_LC_DEBUG``: any value makes the CLI show an unexpected error's traceback."""
+
+
+ENV_NAMES: tuple[str, ...] = tuple(f.metadata["env"] for f in fields(Settings))
+"""Every variable `settings()` reads, in field order."""
+
+
+def settings() -> Settings:
+    """The settings in the environment now, checked; raises `InvalidSettingError`.
+
+    Parsed once per distinct set of raw values: the same environment gives the same
+    object, and a changed value is read at the next call.
+    """
+    return _parse(tuple(os.environ.get(name) for name in ENV_NAMES))
+
+
+@lru_cache(maxsize=16)
+def _parse(raw: tuple[str | None, ...]) -> Settings:
+    """`Settings` from the raw values of `ENV_NAMES` (errors are not cached)."""
+    values = {
+        f.name: f.metadata["parse"](f.metadata["env"], value, f.default)
+        for f, value in zip(fields(Settings), raw, strict=True)
+        if value is not None and value.strip()
+    }
+    return Settings(**values)
+
+
+def env_float(name: str, default: float, *, low: float, high: float, what: str) -> float:
+    """``$name`` alone as a number from ``low`` to ``high``; ``default`` when unset or blank.
+
+    Checked as `settings()` checks its numbers, with the same message; prefer
+    `settings()`, which reads every variable.
+    """
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    value: float = _number(low=low, high=high, what=what)(name, raw, default)
+    return value

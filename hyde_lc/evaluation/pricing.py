@@ -21,7 +21,6 @@ Example:
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -29,6 +28,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from hyde_lc.core.settings import settings
 from hyde_lc.errors import HydeLcError
 
 PRICING_ENV = "HYDE_LC_PRICING"
@@ -77,9 +77,9 @@ class PricingTable:
         """
         if path:
             return _load(str(path), f"the pricing table {path}")
-        chosen = os.environ.get(PRICING_ENV)
-        if chosen:
-            return _load(chosen, f"{PRICING_ENV}={chosen}")
+        chosen = settings().pricing
+        if chosen is not None:
+            return _load(str(chosen), f"{PRICING_ENV}={chosen}")
         return _load(None, "the bundled pricing table")
 
     def price(self, model: str) -> Price | None:

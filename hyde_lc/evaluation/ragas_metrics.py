@@ -31,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 import logging
 import math
 import os
@@ -44,7 +45,6 @@ from langchain_core.language_models import BaseLanguageModel
 from hyde_lc.errors import HydeLcError
 from hyde_lc.evaluation.records import RAGAS_KEYS
 
-os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
 logger = logging.getLogger(__name__)
 
 OFFLINE_METRICS: dict[str, tuple[str, set[str]]] = {
@@ -66,14 +66,23 @@ JUDGED_METRICS: dict[str, tuple[str, set[str]]] = {
 """Metrics that need ``judge_llm``."""
 
 
+def _ragas(module: str) -> Any:
+    """A module of Ragas (``ragas.metrics``), imported with its usage tracking off.
+
+    Ragas reports usage unless ``RAGAS_DO_NOT_TRACK`` is set; it is set before Ragas is
+    first imported (a value the user chose is kept). Every import of Ragas here goes
+    through this.
+    """
+    os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
+    return importlib.import_module(module)
+
+
 def _ragas_class(name: str) -> Any:
     with warnings.catch_warnings():
         # ragas 0.4 moves these to ragas.metrics.collections, whose classes `evaluate`
         # does not accept yet; the classic ones still work and warn on import.
         warnings.simplefilter("ignore", DeprecationWarning)
-        import ragas.metrics
-
-        return getattr(ragas.metrics, name)
+        return getattr(_ragas("ragas.metrics"), name)
 
 
 def to_ragas_sample(record: dict[str, Any]) -> dict[str, Any]:
@@ -121,7 +130,7 @@ class Scores(list[dict[str, float | None]]):
 
 
 def choose_metrics(
-    judge_llm: BaseLanguageModel | None = None, judge_embeddings: Embeddings | None = None
+    judge_llm: BaseLanguageModel[Any] | None = None, judge_embeddings: Embeddings | None = None
 ) -> tuple[list[str], dict[str, str]]:
     """Every metric the given judges allow, and the others with what they would need.
 
@@ -162,7 +171,7 @@ def score_records(
     records: Sequence[dict[str, Any]],
     metrics: Sequence[str] | None = None,
     *,
-    judge_llm: BaseLanguageModel | None = None,
+    judge_llm: BaseLanguageModel[Any] | None = None,
     judge_embeddings: Embeddings | None = None,
     show_progress: bool = False,
     timeout: float | None = None,
@@ -221,30 +230,27 @@ def score_records(
     return scores
 
 
-def _build(class_name: str, llm: BaseLanguageModel | None, embeddings: Embeddings | None) -> Any:
+def _build(
+    class_name: str, llm: BaseLanguageModel[Any] | None, embeddings: Embeddings | None
+) -> Any:
     metric = _ragas_class(class_name)()
     if llm is not None and hasattr(metric, "llm"):
-        from ragas.llms import LangchainLLMWrapper
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            metric.llm = LangchainLLMWrapper(llm)
+            metric.llm = _ragas("ragas.llms").LangchainLLMWrapper(llm)
     if embeddings is not None and hasattr(metric, "embeddings"):
-        from ragas.embeddings import LangchainEmbeddingsWrapper
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            metric.embeddings = LangchainEmbeddingsWrapper(embeddings)
+            metric.embeddings = _ragas("ragas.embeddings").LangchainEmbeddingsWrapper(embeddings)
     return metric
 
 
-def _run_config(judge_llm: BaseLanguageModel | None, timeout: float | None) -> Any:
+def _run_config(judge_llm: BaseLanguageModel[Any] | None, timeout: float | None) -> Any:
     """Ragas' run settings: a local judge gets one worker and a long timeout."""
-    from ragas.run_config import RunConfig
-
+    run_config = _ragas("ragas.run_config")
     local = type(judge_llm).__name__ == "LocalChatModel"
     chosen = timeout if timeout is not None else (1800.0 if local else 180.0)
-    return RunConfig(
+    return run_config.RunConfig(
         timeout=int(chosen), max_workers=1 if local else 16, max_retries=2 if local else 10
     )
 
@@ -252,12 +258,11 @@ def _run_config(judge_llm: BaseLanguageModel | None, timeout: float | None) -> A
 def _evaluate(
     samples: list[dict[str, Any]], metric: Any, show_progress: bool, run_config: Any
 ) -> Any:
-    from ragas import EvaluationDataset, evaluate
-
+    ragas = _ragas("ragas")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # evaluate() -> @experiment
-        return evaluate(
-            EvaluationDataset.from_list(samples),
+        return ragas.evaluate(
+            ragas.EvaluationDataset.from_list(samples),
             metrics=[metric],
             show_progress=show_progress,
             run_config=run_config,

@@ -16,9 +16,10 @@ What a run does with the file it is given:
 - a rewrite (dropping those lines, reordering) goes through a unique temporary file in the
   same folder and an atomic rename (`replace_lines`), so a crash leaves the old file or the
   new one, never half of one;
-- one writer at a time: `exclusive` holds an ``flock`` on ``<file>.lock`` for the whole
-  run, and a second run is refused while it is held. The operating system releases the
-  lock when its holder exits or is killed, so a crash never leaves the file locked.
+- one writer at a time: `exclusive` holds a lock (`hyde_lc.core.locks`, an ``flock``) on
+  ``<file>.lock`` for the whole run, and a second run is refused while it is held. The
+  operating system releases the lock when its holder exits or is killed, so a crash never
+  leaves the file locked.
 
 Example:
     >>> from hyde_lc.evaluation.results_file import scan
@@ -33,20 +34,14 @@ import json
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hyde_lc.core.locks import held_here, holding
+from hyde_lc.core.locks import LockHeldError, file_lock, holder_note
 from hyde_lc.errors import HydeLcError
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: no advisory file locks
-    fcntl = None  # type: ignore[assignment]
 
 CORRUPT_SUFFIX = ".corrupt"
 """Lines set aside from ``<file>`` are appended to ``<file>.corrupt``."""
@@ -212,31 +207,21 @@ def replace_lines(path: Path, lines: Iterable[bytes]) -> None:
         raise
 
 
-def _holder(lock: Path) -> str:
-    try:
-        return lock.read_text("utf-8", "replace").strip() or "another process"
-    except OSError:
-        return "another process"
+def _lock_path(path: Path) -> Path:
+    return path.with_name(path.name + LOCK_SUFFIX)
 
 
 def check_unlocked(path: Path, flag: str) -> None:
     """Raise if another run holds ``path`` now (a look only: nothing is created)."""
-    lock = path.with_name(path.name + LOCK_SUFFIX)
-    if fcntl is None or not lock.is_file() or held_here(lock):
-        return
-    try:
-        with lock.open("rb") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.flock(handle, fcntl.LOCK_UN)
-    except BlockingIOError:
-        raise _in_use(path, lock, flag) from None
-    except OSError:
-        return  # unreadable: `exclusive` will say what is wrong when it tries
+    lock = _lock_path(path)
+    holder = holder_note(lock)
+    if holder is not None:
+        raise _in_use(path, lock, flag, holder)
 
 
-def _in_use(path: Path, lock: Path, flag: str) -> HydeLcError:
+def _in_use(path: Path, lock: Path, flag: str, holder: str) -> HydeLcError:
     return HydeLcError(
-        f"{path} is in use by another run ({_holder(lock)}, holding {lock}). Nothing was "
+        f"{path} is in use by another run ({holder}, holding {lock}). Nothing was "
         f"changed. Wait for it to finish, or choose another {flag}."
     )
 
@@ -245,58 +230,23 @@ def _in_use(path: Path, lock: Path, flag: str) -> HydeLcError:
 def exclusive(path: Path, flag: str) -> Iterator[None]:
     """Be the only run writing ``path`` while the block runs; refuse if another is.
 
-    Holds an ``flock`` on ``<path>.lock`` (written with this process's id, removed on
-    release). Re-entrant within one thread, so `compare_modes` can hold its files while
-    `evaluate_questions` runs each. It shares `hyde_lc.core.locks` (who holds what, the holder's
-    note) with the store's writer lock; unlike it, it refuses rather than waits.
+    Holds `hyde_lc.core.locks.file_lock` on ``<path>.lock`` (written with this process's
+    id, removed on release), the lock the store's writers hold too; unlike them, it
+    refuses rather than waits. Re-entrant within one thread, so `compare_modes` can hold
+    its files while `evaluate_questions` runs each.
     """
-    lock = path.with_name(path.name + LOCK_SUFFIX)
-    if fcntl is None or held_here(lock):
-        yield
-        return
-    handle = _acquire(path, lock, flag)
-    try:
-        with holding(handle, lock):
-            yield
-    finally:
-        with suppress(OSError):
-            lock.unlink()  # before unlocking: whoever opened it meanwhile sees it is stale
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        handle.close()
-
-
-def _acquire(path: Path, lock: Path, flag: str) -> Any:
-    """An open, locked handle on ``lock``, the file that is there now."""
-    while True:
+    lock = _lock_path(path)
+    with ExitStack() as held:
         try:
-            handle = lock.open("a+", encoding="utf-8")
+            held.enter_context(file_lock(lock, wait=False, remove=True))
+        except LockHeldError as exc:
+            raise _in_use(path, lock, flag, exc.holder) from None
         except OSError as exc:
             raise HydeLcError(
                 f"cannot create the lock file {lock} ({exc.strerror}): {path.parent} must be a "
                 "folder you can write to"
             ) from exc
-        if not _try_lock(handle):
-            handle.close()
-            raise _in_use(path, lock, flag)
-        try:
-            current = os.stat(lock).st_ino
-        except FileNotFoundError:
-            current = None
-        if current == os.fstat(handle.fileno()).st_ino:
-            return handle
-        handle.close()  # its holder removed it as we opened it: lock the new one
-
-
-def _try_lock(handle: Any, attempts: int = 25) -> bool:
-    """Lock ``handle``, allowing a few short retries: `check_unlocked` holds it a moment."""
-    for attempt in range(attempts):
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if attempt + 1 < attempts:
-                time.sleep(0.02)
-    return False
+        yield
 
 
 def differences(

@@ -25,16 +25,15 @@ Example:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from hyde_lc.errors import HydeLcError, InvalidSettingError
+from hyde_lc.core.settings import settings
+from hyde_lc.errors import HydeLcError
 
 REQUEST_TIMEOUT_ENV = "HYDE_LC_REQUEST_TIMEOUT"
 """Environment variable with the timeout of every remote model request, in seconds."""
-DEFAULT_REQUEST_TIMEOUT = 60.0
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 CONFIGURATION_STATUSES = (401, 403, 404)
 """HTTP statuses that mean the configuration is wrong (key, permission, model or URL)."""
@@ -55,19 +54,7 @@ class ModelConfigurationError(ModelEndpointError):
 
 def request_timeout() -> float:
     """Seconds a remote model request may take: ``HYDE_LC_REQUEST_TIMEOUT`` or 60."""
-    raw = os.environ.get(REQUEST_TIMEOUT_ENV, "").strip()
-    if not raw:
-        return DEFAULT_REQUEST_TIMEOUT
-    try:
-        value = float(raw)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise InvalidSettingError(
-            f"{REQUEST_TIMEOUT_ENV}={raw!r} is not a timeout: give a positive number of "
-            f"seconds, e.g. {REQUEST_TIMEOUT_ENV}=120"
-        )
-    return value
+    return settings().request_timeout
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:

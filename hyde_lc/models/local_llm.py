@@ -75,7 +75,7 @@ from langchain_core.runnables.config import run_in_executor
 from pydantic import Field
 
 from hyde_lc.core.cancellation import CancelScope, GenerationCancelled, cancel_scope, current_scope
-from hyde_lc.core.settings import env_int, threads_setting
+from hyde_lc.core.settings import settings
 from hyde_lc.errors import (
     HydeLcError,
     MissingDependencyError,
@@ -84,7 +84,6 @@ from hyde_lc.errors import (
 
 N_CTX_ENV = "HYDE_LC_N_CTX"
 """Environment variable with the default context window of local models, in tokens."""
-DEFAULT_CONTEXT_SIZE = 4096
 _POLL_S = 0.05  # how often a waiting request looks at its cancellation flag
 _DONE = object()
 _EXIT_WAIT_S = 30.0
@@ -130,26 +129,14 @@ class ContextWindowError(HydeLcError):
     """A request that does not fit the local model's context window."""
 
 
-MAX_CONTEXT_SIZE = 131_072
-"""The largest ``HYDE_LC_N_CTX``: 128K tokens, beyond any embedded model's trained window
-(32K for Qwen2.5-Coder); memory grows with it (100 million tokens took over 20 GB)."""
-
-
 def _default_threads() -> int:
     """``HYDE_LC_THREADS`` (1 to 256; 0 or unset: one per core)."""
-    return threads_setting() or max(1, os.cpu_count() or 1)
+    return settings().threads or max(1, os.cpu_count() or 1)
 
 
 def default_context_size() -> int:
-    """``HYDE_LC_N_CTX`` if set (256 to `MAX_CONTEXT_SIZE` tokens), else 4,096."""
-    return env_int(
-        N_CTX_ENV,
-        DEFAULT_CONTEXT_SIZE,
-        low=256,
-        high=MAX_CONTEXT_SIZE,
-        what="tokens of context window per request",
-        example=8192,
-    )
+    """``HYDE_LC_N_CTX`` if set (256 to 131,072 tokens), else 4,096."""
+    return settings().n_ctx
 
 
 def estimate_tokens(text: str) -> int:
@@ -383,7 +370,9 @@ class LocalChatModel(BaseChatModel):
         """The reported model name."""
         return self.model_name or os.path.basename(self.model_path)
 
-    def _request(self, messages: list[BaseMessage], stop: list[str] | None, **kwargs: Any) -> dict:
+    def _request(
+        self, messages: list[BaseMessage], stop: list[str] | None, **kwargs: Any
+    ) -> dict[str, Any]:
         request: dict[str, Any] = {
             "messages": [{"role": _role(m), "content": m.text} for m in messages],
             "temperature": kwargs.get("temperature", self.temperature),

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from hyde_lc.errors import MissingDependencyError, ModelFileError
-from hyde_lc.models.local_embeddings import MiniLMEmbeddings
+from hyde_lc.models.local_embeddings import MiniLMEmbeddings, import_onnxruntime
 from hyde_lc.models.weights import (
     MINILM_ONNX,
     MINILM_TOKENIZER,
@@ -178,6 +178,8 @@ def make_dynamic_graph(shipped: Path) -> bytes:
     """
     try:
         import onnx
+
+        import_onnxruntime()  # with its telemetry off, before its quantization tools load
         from onnxruntime.quantization import QuantType, quantize_dynamic
     except ImportError as exc:
         raise MissingDependencyError(

@@ -34,7 +34,7 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 from pydantic import BaseModel, ConfigDict, Field
 
-from hyde_lc.core.settings import MAX_THREADS, threads_setting
+from hyde_lc.core.settings import MAX_THREADS, settings
 from hyde_lc.errors import InvalidSettingError, MissingDependencyError
 
 E5_MODEL_ID = "local:multilingual-e5-small"
@@ -60,7 +60,7 @@ def _default_threads() -> int:
 
     Else one per core.
     """
-    threads = threads_setting()
+    threads = settings().threads
     if threads:
         return threads
     value = os.environ.get("OMP_NUM_THREADS", "").strip()
@@ -170,17 +170,21 @@ class MultilingualE5Embeddings(BaseModel, Embeddings):
         """Embed texts to search in, with the ``passage: `` prefix."""
         if not texts:
             return []
-        return self._encode(list(texts), is_query=False).tolist()
+        vectors: list[list[float]] = self._encode(list(texts), is_query=False).tolist()
+        return vectors
 
     def embed_query(self, text: str) -> list[float]:
         """Embed one search, with the ``query: `` prefix."""
-        return self._encode([text], is_query=True)[0].tolist()
+        vector: list[float] = self._encode([text], is_query=True)[0].tolist()
+        return vector
 
     def embed_hypotheses(self, texts: list[str]) -> list[list[float]]:
         """Embed HyDE's hypothetical passages with the ``hypothesis_prefix`` prefix."""
         if not texts:
             return []
-        return self._encode(list(texts), is_query=self.hypothesis_prefix == "query").tolist()
+        query = self.hypothesis_prefix == "query"
+        vectors: list[list[float]] = self._encode(list(texts), is_query=query).tolist()
+        return vectors
 
     def count_tokens(self, text: str, kind: Literal["passage", "query"] = "passage") -> int:
         """Tokens the model reads for ``text``, its prefix and special tokens included.

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from hyde_lc.core.settings import settings
 from hyde_lc.errors import (
     InvalidSettingError,
     ModelFileError,
@@ -54,13 +55,13 @@ def cache_dir() -> Path:
     Raises `InvalidSettingError` naming the variable when it points at a file (or below
     one), where no folder can be made.
     """
-    env = os.environ.get(CACHE_ENV)
-    if env and env.strip():
-        path = Path(env).expanduser()
+    chosen = settings().cache_dir
+    if chosen is not None:
+        path = chosen.expanduser()
         existing = next((p for p in (path, *path.parents) if p.exists()), None)
         if existing is not None and not existing.is_dir():
             raise InvalidSettingError(
-                f"{CACHE_ENV}={env!r} cannot be a folder: {existing} is a file. Point "
+                f"{CACHE_ENV}={str(chosen)!r} cannot be a folder: {existing} is a file. Point "
                 f"{CACHE_ENV} at a folder (created if missing), or unset it for "
                 "~/.cache/hyde_lc"
             )

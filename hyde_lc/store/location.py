@@ -34,6 +34,12 @@ from chromadb.api.client import Client as ChromaClient
 from chromadb.config import DEFAULT_DATABASE, DEFAULT_TENANT, Settings
 from langchain_chroma import Chroma
 
+from hyde_lc.core.settings import (
+    CHROMA_TIMEOUT_ENV,
+    DEFAULT_CHROMA_TIMEOUT,
+    check_chroma_timeout,
+    settings,
+)
 from hyde_lc.errors import (
     StoreError,
     StoreUnavailableError,
@@ -47,10 +53,10 @@ DEFAULT_STORE_DIR = ".hyde_lc"
 DEFAULT_COLLECTION = "hyde_lc"
 
 
-DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_TIMEOUT_S = DEFAULT_CHROMA_TIMEOUT
 
 
-TIMEOUT_ENV = "HYDE_LC_CHROMA_TIMEOUT"
+TIMEOUT_ENV = CHROMA_TIMEOUT_ENV
 
 
 SQLITE_FILE = "chroma.sqlite3"
@@ -65,20 +71,11 @@ LOCK_FILE = "hyde_lc.lock"
 
 def _timeout_from(value: float | str | None) -> float:
     """Seconds a Chroma server request may take: ``value``, ``$HYDE_LC_CHROMA_TIMEOUT`` or 30."""
-    raw: float | str | None = value if value is not None else os.environ.get(TIMEOUT_ENV)
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
+    if value is None:
+        return settings().chroma_timeout
+    if isinstance(value, str) and not value.strip():
         return DEFAULT_TIMEOUT_S
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = float("nan")
-    if not 0 < seconds < float("inf"):
-        where = "timeout" if value is not None else TIMEOUT_ENV
-        raise StoreError(
-            f"{where} must be a positive number of seconds (how long a Chroma server may take "
-            f"to answer one request), got {raw!r}; e.g. {TIMEOUT_ENV}=30"
-        )
-    return seconds
+    return check_chroma_timeout(value, "timeout")
 
 
 def check_collection_name(name: str) -> None:
@@ -138,13 +135,14 @@ class StoreLocation:
                 "the Chroma server URL is empty: give one (e.g. http://127.0.0.1:8000), or "
                 "leave it out to use a store folder"
             )
-        name = collection or os.environ.get("HYDE_LC_COLLECTION") or DEFAULT_COLLECTION
-        if path is None and url is None:
-            url = os.environ.get("HYDE_LC_CHROMA_URL") or None
-            if url is None:
-                path = os.environ.get("HYDE_LC_STORE") or DEFAULT_STORE_DIR
         if path is not None and url is not None:
             raise StoreError("give either a store folder or a Chroma server URL, not both")
+        env = settings()
+        name = collection or env.collection or DEFAULT_COLLECTION
+        if path is None and url is None:
+            url = env.chroma_url
+            if url is None:
+                path = env.store or DEFAULT_STORE_DIR
         return cls(
             path=Path(path).expanduser().resolve() if path is not None else None,
             url=url,

@@ -294,7 +294,6 @@ def test_the_chain_prompts_in_the_question_language_and_sees_its_refusal():
 
 def test_names_copied_into_the_cli_match_the_library():
     assert collection_command.MULTILINGUAL_EMBEDDINGS == MULTILINGUAL_EMBEDDINGS
-    assert collection_command.EMBEDDINGS_ENV == EMBEDDINGS_ENV
 
 
 @pytest.fixture
