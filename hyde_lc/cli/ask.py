@@ -173,7 +173,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     store = open_collection(args, must_exist=True)
     retriever = build_retriever(args, store, writer)
     with (
-        server_lost_as_error(store, "ask again"),  # it may stop after the store opened
+        server_lost_as_error(store.location, "ask again"),  # it may stop after the store opened
         endpoint_errors(store.embeddings, role="embedding"),
         _fallback_shown_once(),
     ):

@@ -46,7 +46,6 @@ __all__ = [
     "MAX_THREADS",
     "Settings",
     "check_chroma_timeout",
-    "env_float",
     "settings",
 ]
 
@@ -276,16 +275,3 @@ def _parse(raw: tuple[str | None, ...]) -> Settings:
         if value is not None and value.strip()
     }
     return Settings(**values)
-
-
-def env_float(name: str, default: float, *, low: float, high: float, what: str) -> float:
-    """``$name`` alone as a number from ``low`` to ``high``; ``default`` when unset or blank.
-
-    Checked as `settings()` checks its numbers, with the same message; prefer
-    `settings()`, which reads every variable.
-    """
-    raw = os.environ.get(name)
-    if raw is None or not raw.strip():
-        return default
-    value: float = _number(low=low, high=high, what=what)(name, raw, default)
-    return value

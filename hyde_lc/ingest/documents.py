@@ -109,7 +109,7 @@ def ingest_documents(
     given = {id_ for chunks in groups.values() for id_ in chunks}
     results: dict[str, FileResult] = {}
     with (
-        server_lost_as_error(store, resume),
+        server_lost_as_error(chroma.location, resume),
         hybrid.writing() as write,
         tqdm(total=total, unit="chunk", desc="embedding", disable=not progress) as bar,
     ):

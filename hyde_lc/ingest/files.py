@@ -440,7 +440,7 @@ def ingest_paths(
         "embedded twice) and the rest are completed, with no duplicate chunks"
     )
     with (
-        server_lost_as_error(store, resume),
+        server_lost_as_error(chroma.location, resume),
         no_space_as_error(chroma.folder),
         hybrid.writing() as write,
     ):

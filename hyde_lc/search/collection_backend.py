@@ -158,4 +158,4 @@ class CollectionBackend(ChromaBackend):
 
     def lost_server(self, exc: BaseException, resume: str) -> StoreUnavailableError | None:
         """The error naming the server, when ``exc`` means the collection's server is gone."""
-        return lost_server(self.vectorstore, exc, resume)  # type: ignore[arg-type]
+        return lost_server(self.hybrid.chroma.location, exc, resume)

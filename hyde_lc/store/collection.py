@@ -15,7 +15,7 @@ LangChain's ``add_texts`` / ``add_documents`` / ``update_documents`` / ``delete`
 * updates the lexical index at once from the write's own texts (no rebuild, no re-read).
 
 Reading needs no repair in the normal case. A search reads the collection's state (the
-head and the versions being written) at most once per `REFRESH_INTERVAL_S` seconds
+head and the versions being written) at most once per `refresh_interval` seconds
 (``HYDE_LC_REFRESH_INTERVAL``), and this process's own writes refresh it at once; a
 warm hybrid search then costs two Chroma calls, the dense query and one read of the
 winners' texts. When the head has moved past the index's cursor (another client
@@ -30,7 +30,7 @@ again.
 
 A change made outside hyde_lc that keeps the count (another program deleting one chunk and
 adding another with chromadb, or rewriting a chunk's text in place) is found by the
-*audit*: every `AUDIT_INTERVAL_S` seconds (``HYDE_LC_AUDIT_INTERVAL``; the time of the last
+*audit*: every `audit_interval` seconds (``HYDE_LC_AUDIT_INTERVAL``; the time of the last
 one is kept with the index, so short-lived processes share it), a background thread
 compares the fingerprint of every chunk in Chroma with the index's
 (`hyde_lc.search.lexical.chunk_digest`) and indexes just the difference. Searches go on meanwhile.
@@ -70,7 +70,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
 from hyde_lc.core.locks import file_lock, is_locked
-from hyde_lc.core.settings import env_float
+from hyde_lc.core.settings import settings
 from hyde_lc.errors import InvalidSettingError, StoreError
 from hyde_lc.models.weights import cache_dir
 from hyde_lc.store import disk_space
@@ -94,15 +94,8 @@ logger = logging.getLogger(__name__)
 COUNT_CHECK_S = 30.0
 """How often (seconds) a state read also counts the chunks, to catch a collection changed
 outside hyde_lc (one more Chroma call; it grows with the collection)."""
-REFRESH_ENV = "HYDE_LC_REFRESH_INTERVAL"
-REFRESH_INTERVAL_S = 1.0
-"""How old (seconds) a search may take the collection's state to be: another client's
-write reaches this process's searches within it; this process's own writes at once."""
 AUDIT_ENV = "HYDE_LC_AUDIT_INTERVAL"
-AUDIT_INTERVAL_S = 600.0
-"""How often (seconds) the index's contents are compared with the collection's in the
-background (`HybridCollection.audit`): the longest a change made outside hyde_lc that keeps
-the chunk count goes unseen by the lexical side."""
+"""The variable with the seconds between background audits (`audit_interval`)."""
 AUDIT_MAX_CHANGES = 20_000
 """An audit that finds more chunks changed than this rebuilds the index instead (the texts
 it would hold to apply them are bounded by this)."""
@@ -116,27 +109,21 @@ LEXICAL_FOLDER = "hyde_lc_lexical"
 
 
 def refresh_interval() -> float:
-    """`REFRESH_INTERVAL_S`, or ``$HYDE_LC_REFRESH_INTERVAL`` (seconds, 0 = every search)."""
-    return env_float(
-        REFRESH_ENV,
-        REFRESH_INTERVAL_S,
-        low=0,
-        high=3600,
-        what="seconds: how old the collection's state a search may use; 0 reads it for "
-        "every search",
-    )
+    """How old (seconds) a search may take the collection's state to be (0: every search).
+
+    ``HYDE_LC_REFRESH_INTERVAL`` (1 s by default): another client's write reaches this
+    process's searches within it; this process's own writes at once.
+    """
+    return settings().refresh_interval
 
 
 def audit_interval() -> float:
-    """`AUDIT_INTERVAL_S`, or ``$HYDE_LC_AUDIT_INTERVAL`` (seconds; 0 turns the audit off)."""
-    return env_float(
-        AUDIT_ENV,
-        AUDIT_INTERVAL_S,
-        low=0,
-        high=7 * 86400,
-        what="seconds between background comparisons of the lexical index with its "
-        "collection; 0 turns them off",
-    )
+    """Seconds between background comparisons of the index with the collection (0: off).
+
+    ``HYDE_LC_AUDIT_INTERVAL`` (600 s by default): the longest a change made outside
+    hyde_lc that keeps the chunk count goes unseen by the lexical side.
+    """
+    return settings().audit_interval
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,6 @@ from urllib.parse import urlparse
 import httpx
 from chromadb.api.client import Client as ChromaClient
 from chromadb.config import DEFAULT_DATABASE, DEFAULT_TENANT, Settings
-from langchain_chroma import Chroma
 
 from hyde_lc.core.settings import (
     CHROMA_TIMEOUT_ENV,
@@ -302,25 +301,13 @@ def _read_only_copy(folder: Path) -> Path:
     return copy
 
 
-def server_url(store: Chroma) -> str | None:
-    """The address of the Chroma server behind ``store``; None for an embedded store.
-
-    Known for a store opened by `open_store`; None for one made by langchain-chroma's
-    `Chroma` itself (it gives no public access to its client).
-    """
-    location = getattr(store, "location", None)  # a store opened by open_store
-    if isinstance(location, StoreLocation):
-        return location.server
-    return None  # langchain-chroma's Chroma does not say publicly where it lives
-
-
 def lost_server(
-    store: Chroma, exc: BaseException, resume: str = "rerun the same command to resume"
+    location: StoreLocation, exc: BaseException, resume: str = "rerun the same command to resume"
 ) -> StoreUnavailableError | None:
-    """The error to raise when ``exc`` means ``store``'s Chroma server can no longer be reached.
+    """The error to raise when ``exc`` means ``location``'s server can no longer be reached.
 
     That is: somewhere in ``exc``'s chain (causes and contexts) a connection error of a
-    request to this store's server (refused, reset, cut mid-reply, or no answer within
+    request to this server (refused, reset, cut mid-reply, or no answer within
     the timeout). None for anything else, including connection errors to other hosts (a
     remote LLM's, say), so that callers can keep treating those as the failure of one
     step. ``resume`` ends the message: how the caller's work continues once the server
@@ -332,11 +319,11 @@ def lost_server(
         >>> try:
         ...     store.similarity_search("lamps")  # the server was stopped meanwhile
         ... except Exception as exc:
-        ...     raise (lost_server(store, exc) or exc) from exc  # doctest: +SKIP
+        ...     raise (lost_server(store.location, exc) or exc) from exc  # doctest: +SKIP
 
     """
-    url = server_url(store)
-    if url is None:
+    url = location.server
+    if url is None:  # an embedded store
         return None
     wanted = httpx.URL(url)
     seen: set[int] = set()
@@ -350,10 +337,9 @@ def lost_server(
                 target = None
             if target is not None and (target.host, target.port) == (wanted.host, wanted.port):
                 if isinstance(current, httpx.TimeoutException):
-                    where = getattr(store, "location", None)
-                    seconds = f" within {where.timeout:g} s" if where else ""
                     return StoreUnavailableError(
-                        f"the Chroma server at {url} did not answer{seconds} "
+                        f"the Chroma server at {url} did not answer within "
+                        f"{location.timeout:g} s "
                         f"({type(current).__name__}). Check that it is running and not "
                         f"stuck; if it is only slow, raise {TIMEOUT_ENV} (seconds). Then "
                         f"{resume}."
@@ -368,15 +354,15 @@ def lost_server(
 
 
 @contextmanager
-def server_lost_as_error(store: Chroma, resume: str) -> Iterator[None]:
-    """Run the block; a lost connection to ``store``'s server becomes `lost_server`'s error.
+def server_lost_as_error(location: StoreLocation, resume: str) -> Iterator[None]:
+    """Run the block; a lost connection to ``location``'s server becomes `lost_server`'s error.
 
     Every other failure passes through unchanged.
     """
     try:
         yield
     except Exception as exc:
-        lost = lost_server(store, exc, resume)
+        lost = lost_server(location, exc, resume)
         if lost is None:
             raise
         raise lost from exc

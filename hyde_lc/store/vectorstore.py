@@ -40,8 +40,8 @@ from langchain_chroma.vectorstores import maximal_marginal_relevance
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
+from hyde_lc.core.settings import settings
 from hyde_lc.errors import InvalidSettingError, StoreError
-from hyde_lc.models.loading import EMBEDDINGS_ENV
 from hyde_lc.store.chroma_collection import (
     COSINE,
     META_MODEL,
@@ -483,7 +483,7 @@ def _default_embeddings(collection: Any) -> Embeddings:
     from hyde_lc.models import loading as models  # looked up at call time, as the CLI does
 
     recorded = None
-    if collection is not None and not os.environ.get(EMBEDDINGS_ENV):
+    if collection is not None and not settings().embeddings:
         recorded = (collection.metadata or {}).get(META_MODEL)
     if isinstance(recorded, str) and recorded.startswith("local:"):
         try:

@@ -1,24 +1,17 @@
 """`lost_server`: which failures mean "the Chroma server is gone" (no server needed here)."""
 
-from types import SimpleNamespace
-
 import httpx
 import pytest
 
 from hyde_lc.errors import IngestError, StoreUnavailableError
 from hyde_lc.retrievers.hyde import HyDERetriever
-from hyde_lc.store.location import StoreLocation, lost_server, server_url
+from hyde_lc.store.location import StoreLocation, lost_server
 
 URL = "http://127.0.0.1:8123"
 
 
-def _store(**where):
-    """A stand-in for a store opened by open_store: all lost_server reads is its location."""
-    return SimpleNamespace(location=StoreLocation.resolve(**where))
-
-
-SERVED = _store(url=URL)
-EMBEDDED = _store(path="/tmp/x")
+SERVED = StoreLocation.resolve(url=URL)
+EMBEDDED = StoreLocation.resolve(path="/tmp/x")
 
 
 def _refused(url: str) -> httpx.ConnectError:
@@ -40,8 +33,8 @@ def standard(store) -> HyDERetriever:
 
 
 def test_server_url_only_for_a_server():
-    assert server_url(SERVED) == URL
-    assert server_url(EMBEDDED) is None
+    assert SERVED.server == URL
+    assert EMBEDDED.server is None
 
 
 def test_a_refused_request_to_the_server_even_wrapped_is_a_lost_server():
@@ -61,7 +54,6 @@ def test_other_failures_are_not_a_lost_server():
 
 
 def test_an_evaluation_run_stops_at_a_lost_server_and_resumes(tmp_path, store, monkeypatch):
-    import hyde_lc.store.location
     from hyde_lc.evaluation.records import EvaluationPipeline
     from hyde_lc.evaluation.runs import evaluate_questions, read_questions, read_records
 
@@ -81,7 +73,7 @@ def test_an_evaluation_run_stops_at_a_lost_server_and_resumes(tmp_path, store, m
             return super().run(question, **kwargs)
 
     # The embedded test store stands in for a server at URL.
-    monkeypatch.setattr(hyde_lc.store.location, "server_url", lambda _: URL)
+    monkeypatch.setattr(StoreLocation, "server", property(lambda _: URL))
     out = tmp_path / "out.jsonl"
     dying = ServerDiesAfter(2, standard(store))
     with pytest.raises(StoreUnavailableError, match=r"keeps the 2 records in .*out\.jsonl"):

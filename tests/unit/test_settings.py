@@ -19,18 +19,11 @@ from typing import TypeGuard
 import pytest
 
 from hyde_lc.cli import EPILOG
-from hyde_lc.core.settings import ENV_NAMES, Settings, env_float, settings
+from hyde_lc.core.settings import ENV_NAMES, Settings, settings
 from hyde_lc.errors import InvalidSettingError, StoreError
 
 PACKAGE = Path(__file__).resolve().parents[2] / "hyde_lc"
 SETTINGS_MODULE = "core/settings.py"
-PENDING = {
-    "store/chroma.py": ["HYDE_LC_EMBEDDINGS"],
-    "store/collection.py": ["HYDE_LC_AUDIT_INTERVAL", "HYDE_LC_REFRESH_INTERVAL"],
-}
-"""Modules that still read their variables themselves, with the variables: each is to
-take `settings()`'s field instead (``embeddings``, ``audit_interval``,
-``refresh_interval``), and then leaves this list."""
 
 
 @pytest.fixture
@@ -180,14 +173,6 @@ def test_the_collection_intervals_read_as_settings_reads_them(
     assert outcomes[0] == outcomes[1]
 
 
-def test_env_float_reads_one_variable_as_settings_does(clean_env: pytest.MonkeyPatch) -> None:
-    clean_env.setenv("HYDE_LC_REFRESH_INTERVAL", " 7 ")
-    assert env_float("HYDE_LC_REFRESH_INTERVAL", 1.0, low=0, high=3600, what="s") == 7.0
-    clean_env.setenv("HYDE_LC_REFRESH_INTERVAL", "x")
-    with pytest.raises(InvalidSettingError, match="HYDE_LC_REFRESH_INTERVAL='x' is not valid"):
-        env_float("HYDE_LC_REFRESH_INTERVAL", 1.0, low=0, high=3600, what="s")
-
-
 # -- the package's source: one reader, no writes at import ---------------------------------
 
 
@@ -218,8 +203,7 @@ def environment_reads(tree: ast.AST, constants: dict[str, str]) -> list[tuple[in
     """``(line, variable)`` for each use of the environment in ``tree``.
 
     The variable is ``?`` when the code does not name it with a string or a constant
-    (``os.environ[name]``, ``dict(os.environ)``): it could be any variable. ``env_float``
-    (`hyde_lc.core.settings`) counts as a read of the variable it is given.
+    (``os.environ[name]``, ``dict(os.environ)``): it could be any variable.
     """
 
     def named(node: ast.AST | None) -> str:
@@ -238,8 +222,8 @@ def environment_reads(tree: ast.AST, constants: dict[str, str]) -> list[tuple[in
             if isinstance(func, ast.Attribute) and _is_environ(func.value):
                 reads.append((node.lineno, named(first)))
                 seen.add(id(func.value))
-            elif (isinstance(func, ast.Attribute) and func.attr in ("getenv", "env_float")) or (
-                isinstance(func, ast.Name) and func.id in ("getenv", "env_float")
+            elif (isinstance(func, ast.Attribute) and func.attr == "getenv") or (
+                isinstance(func, ast.Name) and func.id == "getenv"
             ):
                 reads.append((node.lineno, named(first)))
         elif isinstance(node, ast.Subscript) and _is_environ(node.value):
@@ -276,24 +260,20 @@ os.environ[KEY]
 os.getenv("HYDE_LC_C", "x")
 getenv("HYDE_LC_D")
 environ.get("HYDE_LC_E")
-env_float("HYDE_LC_F", 1.0, low=0, high=1, what="s")
 os.environ.get(name)
 dict(os.environ)
 os.environ.get("OMP_NUM_THREADS")
 """
     reads = environment_reads(ast.parse(source), {"KEY": "HYDE_LC_A"})
     assert [v for _, v in reads] == [
-        "HYDE_LC_B", "HYDE_LC_A", "HYDE_LC_C", "HYDE_LC_D", "HYDE_LC_E", "HYDE_LC_F", "?", "?",
+        "HYDE_LC_B", "HYDE_LC_A", "HYDE_LC_C", "HYDE_LC_D", "HYDE_LC_E", "?", "?",
         "OMP_NUM_THREADS",
     ]  # fmt: skip
 
 
 def test_only_the_settings_module_reads_hyde_lc_variables() -> None:
     readers = hyde_lc_readers()
-    assert readers == PENDING, (
-        "read HYDE_LC_* variables through hyde_lc.core.settings.settings() only; a module "
-        "that now does should leave PENDING"
-    )
+    assert readers == {}, "read HYDE_LC_* variables through hyde_lc.core.settings.settings() only"
 
 
 def _runs_at_import(tree: ast.Module) -> list[ast.AST]:
