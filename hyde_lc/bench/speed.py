@@ -472,7 +472,8 @@ def _near(points: np.ndarray, rng: np.random.Generator, distance: float = 0.3) -
     step = rng.standard_normal(points.shape).astype(np.float32)
     step *= distance / np.linalg.norm(step, axis=1, keepdims=True)
     moved = points + step
-    return moved / np.linalg.norm(moved, axis=1, keepdims=True)
+    unit: np.ndarray = moved / np.linalg.norm(moved, axis=1, keepdims=True)
+    return unit
 
 
 def scale_speed(

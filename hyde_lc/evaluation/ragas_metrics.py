@@ -121,7 +121,7 @@ class Scores(list[dict[str, float | None]]):
 
 
 def choose_metrics(
-    judge_llm: BaseLanguageModel | None = None, judge_embeddings: Embeddings | None = None
+    judge_llm: BaseLanguageModel[Any] | None = None, judge_embeddings: Embeddings | None = None
 ) -> tuple[list[str], dict[str, str]]:
     """Every metric the given judges allow, and the others with what they would need.
 
@@ -162,7 +162,7 @@ def score_records(
     records: Sequence[dict[str, Any]],
     metrics: Sequence[str] | None = None,
     *,
-    judge_llm: BaseLanguageModel | None = None,
+    judge_llm: BaseLanguageModel[Any] | None = None,
     judge_embeddings: Embeddings | None = None,
     show_progress: bool = False,
     timeout: float | None = None,
@@ -221,7 +221,9 @@ def score_records(
     return scores
 
 
-def _build(class_name: str, llm: BaseLanguageModel | None, embeddings: Embeddings | None) -> Any:
+def _build(
+    class_name: str, llm: BaseLanguageModel[Any] | None, embeddings: Embeddings | None
+) -> Any:
     metric = _ragas_class(class_name)()
     if llm is not None and hasattr(metric, "llm"):
         from ragas.llms import LangchainLLMWrapper
@@ -238,7 +240,7 @@ def _build(class_name: str, llm: BaseLanguageModel | None, embeddings: Embedding
     return metric
 
 
-def _run_config(judge_llm: BaseLanguageModel | None, timeout: float | None) -> Any:
+def _run_config(judge_llm: BaseLanguageModel[Any] | None, timeout: float | None) -> Any:
     """Ragas' run settings: a local judge gets one worker and a long timeout."""
     from ragas.run_config import RunConfig
 

@@ -174,7 +174,7 @@ class EvaluationPipeline:
         self,
         retriever: EvaluatedRetriever,
         *,
-        answer_llm: BaseLanguageModel | None = None,
+        answer_llm: BaseLanguageModel[Any] | None = None,
         pricing: PricingTable | None = None,
         stream: bool = False,
         callbacks: Sequence[BaseCallbackHandler] = (),
@@ -200,8 +200,8 @@ class EvaluationPipeline:
         window: int = 0,
         hyde_model: str | None = None,
         answer_model: str | None = None,
-        custom_hyde_llm: BaseLanguageModel | None = None,
-        custom_answer_llm: BaseLanguageModel | None = None,
+        custom_hyde_llm: BaseLanguageModel[Any] | None = None,
+        custom_answer_llm: BaseLanguageModel[Any] | None = None,
         retrieval_only: bool = False,
         pricing: PricingTable | None = None,
         stream: bool = False,
@@ -292,7 +292,7 @@ class EvaluationPipeline:
         return self.retriever if isinstance(self.retriever, NeighborExpandingRetriever) else None
 
     @property
-    def hyde_llm(self) -> BaseLanguageModel | None:
+    def hyde_llm(self) -> BaseLanguageModel[Any] | None:
         """The model that writes hypotheses (None when the retriever writes none)."""
         hyde = self.hyde_retriever
         return hyde.hypothesis_llm if hyde is not None and hyde.n_hypotheses else None
@@ -302,7 +302,9 @@ class EvaluationPipeline:
     def _config(self, recorder: UsageRecorder, name: str) -> RunnableConfig:
         return RunnableConfig(callbacks=[recorder, *self.callbacks], run_name=name)
 
-    def _answer(self, question: str, docs: list[Document], config: RunnableConfig) -> dict:
+    def _answer(
+        self, question: str, docs: list[Document], config: RunnableConfig
+    ) -> dict[str, Any]:
         assert self.answer_llm is not None
         chain = answer_with_context(self.answer_llm)
         inputs = {"question": question, "documents": docs}
@@ -313,7 +315,9 @@ class EvaluationPipeline:
             out = out + AddableDict(chunk)
         return dict(out)
 
-    async def _aanswer(self, question: str, docs: list[Document], config: RunnableConfig) -> dict:
+    async def _aanswer(
+        self, question: str, docs: list[Document], config: RunnableConfig
+    ) -> dict[str, Any]:
         assert self.answer_llm is not None
         chain = answer_with_context(self.answer_llm)
         inputs = {"question": question, "documents": docs}
@@ -652,7 +656,9 @@ def context_id(doc: Document) -> str:
     return f"{meta.get('source', 'unknown')}:{meta.get('chunk_index', meta.get('start_index', ''))}"
 
 
-def _pipeline_for(retriever: EvaluatedRetriever | None, options: dict[str, Any]) -> Any:
+def _pipeline_for(
+    retriever: EvaluatedRetriever | None, options: dict[str, Any]
+) -> EvaluationPipeline:
     if retriever is None:
         return EvaluationPipeline.from_settings(**options)
     allowed = {"answer_llm", "pricing", "stream", "callbacks", "label"}

@@ -402,7 +402,8 @@ def run_settings(pipeline: EvaluationPipeline) -> dict[str, Any]:
         "collection": collection,
         "store": location,
     }
-    return json.loads(json.dumps(settings))  # as it reads back from the file
+    read_back: dict[str, Any] = json.loads(json.dumps(settings))  # as it reads back from the file
+    return read_back
 
 
 def _record_fields(pipeline: EvaluationPipeline) -> dict[str, Any]:
@@ -524,7 +525,9 @@ def check_pricing(pipeline: EvaluationPipeline) -> None:
         PricingTable.load()
 
 
-def _failure(question: Question, pipeline: EvaluationPipeline, exc: BaseException) -> dict:
+def _failure(
+    question: Question, pipeline: EvaluationPipeline, exc: BaseException
+) -> dict[str, Any]:
     return {
         "user_input": question.question,
         "response": None,

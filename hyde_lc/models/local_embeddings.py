@@ -149,7 +149,8 @@ class OnnxSentenceEmbeddings(BaseModel, Embeddings):
         )[0]
         pooled = self.pool(hidden, mask)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        return pooled / np.clip(norms, 1e-12, None)
+        unit: np.ndarray = pooled / np.clip(norms, 1e-12, None)
+        return unit
 
     def count_tokens(self, text: str) -> int:
         """Tokens the model reads from ``text`` (after truncation to its window)."""
