@@ -438,10 +438,25 @@ def check_output_file(
     target = Path(path)
     _check_path(target, flag)
     if resume:
-        contents = scan(target)
-        refuse_foreign(contents, flag)
-        if questions is not None and not set_aside_others:
-            check_question_set(contents, questions, flag)
+        _resumable_contents(target, flag, questions, set_aside_others)
+
+
+def _resumable_contents(
+    path: str | os.PathLike[str],
+    flag: str,
+    questions: Sequence[Question] | None,
+    set_aside_others: bool,
+) -> Contents:
+    """What ``path`` holds; raises unless it is a results file of these questions.
+
+    Records of other questions are refused only given ``questions`` and unless
+    ``set_aside_others`` (`check_question_set`).
+    """
+    contents = scan(path)
+    refuse_foreign(contents, flag)
+    if questions is not None and not set_aside_others:
+        check_question_set(contents, questions, flag)
+    return contents
 
 
 def other_questions(contents: Contents, questions: Sequence[Question]) -> list[Line]:
@@ -504,10 +519,7 @@ def check_resumable(
     when a record's settings differ from the pipeline's; the message lists each
     difference as ``setting: stored -> asked``. Returns what the file holds.
     """
-    contents = scan(path)
-    refuse_foreign(contents, flag)
-    if questions is not None and not set_aside_others:
-        check_question_set(contents, questions, flag)
+    contents = _resumable_contents(path, flag, questions, set_aside_others)
     changed = differences(contents.records, run_settings(pipeline), _record_fields(pipeline))
     if changed:
         raise HydeLcError(
