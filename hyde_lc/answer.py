@@ -235,7 +235,7 @@ class ContextFit:
     """Tokens the passages could take."""
 
 
-def model_context_window(llm: BaseLanguageModel) -> int | None:
+def model_context_window(llm: BaseLanguageModel[Any]) -> int | None:
     """The answer model's context window in tokens, or None when unknown."""
     if isinstance(llm, LocalChatModel):
         return llm.context_size
@@ -244,7 +244,7 @@ def model_context_window(llm: BaseLanguageModel) -> int | None:
 
 
 def _counters(
-    llm: BaseLanguageModel,
+    llm: BaseLanguageModel[Any],
 ) -> tuple[Callable[[str], int], Callable[[list[BaseMessage]], int]]:
     """Token counters for text and for a whole prompt (exact for local models)."""
     if isinstance(llm, LocalChatModel):
@@ -271,7 +271,7 @@ def _trim(doc: Document, number: int, budget: int, count: Callable[[str], int]) 
 
 def fit_context(
     documents: Sequence[Document],
-    llm: BaseLanguageModel,
+    llm: BaseLanguageModel[Any],
     *,
     question: str,
     context_window: int | None = None,
@@ -353,7 +353,7 @@ ANSWER_CHAIN_KEYS = (
 _CONTEXT_KEYS = ("answer", "context_documents", "dropped_documents", "context_note")
 
 
-def _fit(llm: BaseLanguageModel, window: int | None) -> Runnable[dict[str, Any], ContextFit]:
+def _fit(llm: BaseLanguageModel[Any], window: int | None) -> Runnable[dict[str, Any], ContextFit]:
     def fit(inputs: dict[str, Any]) -> ContextFit:
         return fit_context(
             inputs["documents"], llm, question=inputs["question"], context_window=window
@@ -362,7 +362,7 @@ def _fit(llm: BaseLanguageModel, window: int | None) -> Runnable[dict[str, Any],
     return RunnableLambda(fit, name="fit_context")
 
 
-def _generate(llm: BaseLanguageModel) -> Runnable[dict[str, Any], str]:
+def _generate(llm: BaseLanguageModel[Any]) -> Runnable[dict[str, Any], str]:
     """From ``{"question", "fit"}`` to the answer's text, streamed, reasoning removed."""
     to_prompt: Runnable[dict[str, Any], dict[str, Any]] = RunnableLambda(
         lambda inputs: {
@@ -383,7 +383,7 @@ def _generate(llm: BaseLanguageModel) -> Runnable[dict[str, Any], str]:
 
 
 def _answered(
-    llm: BaseLanguageModel, window: int | None
+    llm: BaseLanguageModel[Any], window: int | None
 ) -> Runnable[dict[str, Any], dict[str, Any]]:
     """``{"question", "documents"}`` plus ``fit``, then the streamed ``answer``."""
     return RunnablePassthrough.assign(fit=_fit(llm, window)) | RunnablePassthrough.assign(
@@ -401,7 +401,7 @@ def _context_report() -> dict[str, Runnable[dict[str, Any], Any]]:
 
 
 def answer_from_documents(
-    llm: BaseLanguageModel, *, context_window: int | None = None
+    llm: BaseLanguageModel[Any], *, context_window: int | None = None
 ) -> Runnable[dict[str, Any], str]:
     """A runnable from ``{"question", "documents"}`` to the answer text.
 
@@ -414,7 +414,7 @@ def answer_from_documents(
 
 
 def answer_with_context(
-    llm: BaseLanguageModel, *, context_window: int | None = None
+    llm: BaseLanguageModel[Any], *, context_window: int | None = None
 ) -> Runnable[dict[str, Any], dict[str, Any]]:
     """A runnable from ``{"question", "documents"}`` to the answer and its context.
 
@@ -431,7 +431,7 @@ def answer_with_context(
 
 
 def build_answer_chain(
-    retriever: BaseRetriever, llm: BaseLanguageModel, *, context_window: int | None = None
+    retriever: BaseRetriever, llm: BaseLanguageModel[Any], *, context_window: int | None = None
 ) -> Runnable[str, dict[str, Any]]:
     r"""A runnable from a question to the retrieved passages, the answer and its sources.
 

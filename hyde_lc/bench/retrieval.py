@@ -175,7 +175,8 @@ def cached_matrix(
 ) -> np.ndarray:
     """The vectors of ``texts`` from the ``.npy`` at ``path``, or embedded and saved there."""
     if path.is_file():
-        return np.load(path)
+        saved: np.ndarray = np.load(path)
+        return saved
     rows = []
     for start in tqdm(range(0, len(texts), batch), desc=desc, unit="batch"):
         rows.extend(embeddings.embed_documents(texts[start : start + batch]))

@@ -33,7 +33,7 @@ import os
 import platform
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -147,79 +147,122 @@ class SpeedReport:
     def markdown(self) -> str:
         """The tables BENCHMARKS.md shows."""
         parts: list[str] = []
-        if ingest := self.sections.get("ingest"):
-            parts += [
-                f"**Ingest** ({ingest['documents']} documents, {ingest['chunks']} chunks)",
-                "",
-                "| path | seconds | chunks/s |",
-                "|---|---|---|",
-                f"| bare embedding model (batch {ingest['batch_size']}) "
-                f"| {ingest['embed_seconds']} | {ingest['embed_chunks_per_s']} |",
-                f"| whole ingest path | {ingest['ingest_seconds']} "
-                f"| {ingest['ingest_chunks_per_s']} |",
-                f"| **ratio** | | **{ingest['ratio']:.0%}** |",
-                "",
-            ]
-        if query := self.sections.get("query"):
-            parts += [
-                f"**Query latency per stage** ({query['queries']} queries, "
-                f"{query['collection_chunks']} chunks, {query['retrieval_method']}, "
-                f"writer/answerer {query['llm']})",
-                "",
-                "| stage | p50 ms | p95 ms | mean ms |",
-                "|---|---|---|---|",
-            ]
-            for stage, stats in query["stages"].items():
-                parts.append(
-                    f"| {stage} | {stats['p50_ms']} | {stats['p95_ms']} | {stats['mean_ms']} |"
-                )
-            parts.append("")
-        if cost := self.sections.get("cost"):
-            parts += [
-                f"**Cost per 1,000 queries** (USD, {cost['pricing']}; tokens of this run's "
-                f"prompts and outputs counted with each model's encoding; embeddings on "
-                f"{cost['embedding_model']})",
-                "",
-                "| model | HyDE: hypotheses | answer | embeddings | HyDE total "
-                "| standard total | HyDE extra |",
-                "|---|---|---|---|---|---|---|",
-            ]
-            for row in cost["models"]:
-                parts.append(
-                    f"| {row['model']} | {row['hypothesis']:.4f} | {row['answer']:.4f} "
-                    f"| {row['embedding']:.4f} | {row['hyde_total']:.4f} "
-                    f"| {row['standard_total']:.4f} | {row['hyde_extra']:.0%} |"
-                )
-            parts.append("")
-        if conc := self.sections.get("concurrency"):
-            parts += [
-                f"**Concurrency** ({conc['queries']} queries, simulated remote LLM with "
-                f"{conc['latency_s']} s latency per call, max_concurrency "
-                f"{conc['max_concurrency']})",
-                "",
-                "| path | seconds | queries/s |",
-                "|---|---|---|",
-                f"| sequential invoke | {conc['sequential_s']} | {conc['sequential_qps']} |",
-                f"| abatch | {conc['abatch_s']} | {conc['abatch_qps']} |",
-                f"| **speed-up** | | **{conc['speedup']:.1f}x** |",
-                "",
-            ]
-        if scale := self.sections.get("scale"):
-            parts += [
-                f"**Search latency by collection size** (synthetic {scale['dim']}-d clustered "
-                f"unit vectors, Chroma HNSW cosine, k={scale['k']}, "
-                f"{scale['queries']} queries)",
-                "",
-                "| chunks | insert s | search p50 ms | search p95 ms | recall@10 vs exact |",
-                "|---|---|---|---|---|",
-            ]
-            for row in scale["rows"]:
-                parts.append(
-                    f"| {row['size']:,} | {row['insert_s']} | {row['p50_ms']} "
-                    f"| {row['p95_ms']} | {row['recall_at_k']:.3f} |"
-                )
-            parts.append("")
+        for name, table in _TABLES.items():
+            if section := self.sections.get(name):
+                parts += table(section)
         return "\n".join(parts).rstrip() + "\n"
+
+
+def _table(title: str, columns: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
+    """The lines of a Markdown table under ``title``, then a blank line.
+
+    A cell is its value formatted as an f-string would; an empty one is written ``| |``.
+    """
+
+    def line(cells: Iterable[object]) -> str:
+        texts = [f"{cell}" for cell in cells]
+        return "|" + "|".join(f" {text} " if text else " " for text in texts) + "|"
+
+    return [title, "", line(columns), "|" + "---|" * len(columns), *map(line, rows), ""]
+
+
+def _paths_table(
+    title: str, rate: str, paths: Sequence[tuple[str, object, object]], ratio: tuple[str, str]
+) -> list[str]:
+    """`_table` of ways to do one job: each path's seconds and ``rate``, then a ratio.
+
+    ``ratio`` is the bold last row's name and value, e.g. ``("speed-up", "4.0x")``.
+    """
+    name, value = ratio
+    return _table(title, ("path", "seconds", rate), [*paths, (f"**{name}**", "", f"**{value}**")])
+
+
+def _ingest_table(ingest: dict[str, Any]) -> list[str]:
+    bare = f"bare embedding model (batch {ingest['batch_size']})"
+    return _paths_table(
+        f"**Ingest** ({ingest['documents']} documents, {ingest['chunks']} chunks)",
+        "chunks/s",
+        [
+            (bare, ingest["embed_seconds"], ingest["embed_chunks_per_s"]),
+            ("whole ingest path", ingest["ingest_seconds"], ingest["ingest_chunks_per_s"]),
+        ],
+        ("ratio", f"{ingest['ratio']:.0%}"),
+    )
+
+
+def _query_table(query: dict[str, Any]) -> list[str]:
+    return _table(
+        f"**Query latency per stage** ({query['queries']} queries, "
+        f"{query['collection_chunks']} chunks, {query['retrieval_method']}, "
+        f"writer/answerer {query['llm']})",
+        ("stage", "p50 ms", "p95 ms", "mean ms"),
+        [
+            (stage, stats["p50_ms"], stats["p95_ms"], stats["mean_ms"])
+            for stage, stats in query["stages"].items()
+        ],
+    )
+
+
+_COST_COLUMNS = {
+    "hypothesis": "HyDE: hypotheses",
+    "answer": "answer",
+    "embedding": "embeddings",
+    "hyde_total": "HyDE total",
+    "standard_total": "standard total",
+}
+"""The USD columns of the cost table: key in a row -> heading."""
+
+
+def _cost_table(cost: dict[str, Any]) -> list[str]:
+    return _table(
+        f"**Cost per 1,000 queries** (USD, {cost['pricing']}; tokens of this run's "
+        f"prompts and outputs counted with each model's encoding; embeddings on "
+        f"{cost['embedding_model']})",
+        ("model", *_COST_COLUMNS.values(), "HyDE extra"),
+        [
+            (
+                row["model"],
+                *(f"{row[key]:.4f}" for key in _COST_COLUMNS),
+                f"{row['hyde_extra']:.0%}",
+            )
+            for row in cost["models"]
+        ],
+    )
+
+
+def _concurrency_table(conc: dict[str, Any]) -> list[str]:
+    return _paths_table(
+        f"**Concurrency** ({conc['queries']} queries, simulated remote LLM with "
+        f"{conc['latency_s']} s latency per call, max_concurrency {conc['max_concurrency']})",
+        "queries/s",
+        [
+            ("sequential invoke", conc["sequential_s"], conc["sequential_qps"]),
+            ("abatch", conc["abatch_s"], conc["abatch_qps"]),
+        ],
+        ("speed-up", f"{conc['speedup']:.1f}x"),
+    )
+
+
+def _scale_table(scale: dict[str, Any]) -> list[str]:
+    return _table(
+        f"**Search latency by collection size** (synthetic {scale['dim']}-d clustered "
+        f"unit vectors, Chroma HNSW cosine, k={scale['k']}, {scale['queries']} queries)",
+        ("chunks", "insert s", "search p50 ms", "search p95 ms", "recall@10 vs exact"),
+        [
+            (f"{r['size']:,}", r["insert_s"], r["p50_ms"], r["p95_ms"], f"{r['recall_at_k']:.3f}")
+            for r in scale["rows"]
+        ],
+    )
+
+
+_TABLES: dict[str, Callable[[dict[str, Any]], list[str]]] = {
+    "ingest": _ingest_table,
+    "query": _query_table,
+    "cost": _cost_table,
+    "concurrency": _concurrency_table,
+    "scale": _scale_table,
+}
+"""The report's tables, in order: section -> its table."""
 
 
 # -- ingest -------------------------------------------------------------------------------

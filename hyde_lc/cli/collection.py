@@ -162,25 +162,25 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return _undone(report.files)
 
 
+_UNDONE_LINES = {
+    "empty": "file(s) had no text to index, so nothing is stored for them (see their notes)",
+    "skipped": "item(s) inside the folders were passed over (see their notes)",
+}
+"""What the stderr line says of the files of each of `UNDONE_STATUSES`."""
+
+
 def _undone(files: list[Any]) -> int:
     """1 (with a line on stderr per kind) if a file stored nothing, else 0."""
     code = 0
-    empty = [f.source for f in files if f.status == "empty"]
-    if empty:
-        print(
-            f"hyde-lc: {len(empty)} file(s) had no text to index, so nothing is stored for "
-            f"them (see their notes): {shown_line(', '.join(empty))}",
-            file=sys.stderr,
-        )
-        code = 1
-    skipped = [f.source for f in files if f.status == "skipped"]
-    if skipped:
-        print(
-            f"hyde-lc: {len(skipped)} item(s) inside the folders were passed over (see their "
-            f"notes): {shown_line(', '.join(skipped))}",
-            file=sys.stderr,
-        )
-        code = 1
+    for status in UNDONE_STATUSES:
+        sources = [f.source for f in files if f.status == status]
+        if sources:
+            print(
+                f"hyde-lc: {len(sources)} {_UNDONE_LINES[status]}: "
+                f"{shown_line(', '.join(sources))}",
+                file=sys.stderr,
+            )
+            code = 1
     return code
 
 

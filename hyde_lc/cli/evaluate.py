@@ -300,6 +300,22 @@ def _pipeline_options(parser: argparse.ArgumentParser, prompts: list[str], defau
     group.add_argument("--retrieval-only", action="store_true", help="skip the answer LLM")
 
 
+def _metric_options(parser: argparse.ArgumentParser, metrics_for: str) -> None:
+    """``--metrics`` (``metrics_for``: what they are for) and ``--judge``."""
+    parser.add_argument(
+        "--metrics",
+        nargs="+",
+        choices=METRICS,
+        help=f"metrics {metrics_for} (default: the offline ones, and the judged ones with --judge)",
+    )
+    parser.add_argument(
+        "--judge",
+        metavar="SPEC",
+        type=given("a model spec", "--judge local:qwen2.5-coder-1.5b"),
+        help="judge model for LLM-judged metrics",
+    )
+
+
 def add_commands(sub: Any, prompts: list[str], default_prompt: str) -> None:
     """Register ``evaluate`` and ``compare`` on the ``hyde-lc`` subparsers."""
     evaluate = sub.add_parser(
@@ -337,18 +353,7 @@ def add_commands(sub: Any, prompts: list[str], default_prompt: str) -> None:
         "(by default such a file is refused: its scores would mix two question sets)",
     )
     evaluate.add_argument("--score", action="store_true", help="print mean Ragas metrics")
-    evaluate.add_argument(
-        "--metrics",
-        nargs="+",
-        choices=METRICS,
-        help="metrics for --score (default: the offline ones, and the judged ones with --judge)",
-    )
-    evaluate.add_argument(
-        "--judge",
-        metavar="SPEC",
-        type=given("a model spec", "--judge local:qwen2.5-coder-1.5b"),
-        help="judge model for LLM-judged metrics",
-    )
+    _metric_options(evaluate, "for --score")
     _pipeline_options(evaluate, prompts, default_prompt)
     add_store_options(evaluate)
     evaluate.set_defaults(func=cmd_evaluate)
@@ -382,18 +387,7 @@ def add_commands(sub: Any, prompts: list[str], default_prompt: str) -> None:
         metavar="N",
         help="also run HyDE with neighbour expansion of N chunks",
     )
-    compare.add_argument(
-        "--metrics",
-        nargs="+",
-        choices=METRICS,
-        help="metrics to report (default: the offline ones, and the judged ones with --judge)",
-    )
-    compare.add_argument(
-        "--judge",
-        metavar="SPEC",
-        type=given("a model spec", "--judge local:qwen2.5-coder-1.5b"),
-        help="judge model for LLM-judged metrics",
-    )
+    _metric_options(compare, "to report")
     compare.add_argument(
         "--pairwise", action="store_true", help="the judge also compares the first two answers"
     )

@@ -57,7 +57,8 @@ def fuse_mean(
     if not vectors:
         raise ValueError("fuse_mean needs at least one vector")
     matrix = np.asarray(vectors, dtype=np.float64)
-    return np.average(matrix, axis=0, weights=weights).tolist()
+    mean: list[float] = np.average(matrix, axis=0, weights=weights).tolist()
+    return mean
 
 
 def similar_enough(

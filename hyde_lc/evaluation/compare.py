@@ -131,7 +131,7 @@ def _mean(values: Sequence[float | None]) -> float | None:
 
 def aggregate(
     records: Sequence[dict[str, Any]],
-    scores: Sequence[dict],
+    scores: Sequence[dict[str, float | None]],
     load_time_s: float | None = None,
 ) -> dict[str, Any]:
     """Mean metrics, latency per stage, tokens per stage and total cost of one mode.
@@ -167,13 +167,13 @@ JUDGE_PROMPT = (
 )
 
 
-def _verdict(judge: BaseLanguageModel, question: str, a: str, b: str) -> str:
+def _verdict(judge: BaseLanguageModel[Any], question: str, a: str, b: str) -> str:
     reply = judge.invoke(JUDGE_PROMPT.format(question=question, a=a, b=b))
     text = str(getattr(reply, "content", reply)).strip().upper()
     return next((v for v in ("TIE", "A", "B") if text.startswith(v)), "TIE")
 
 
-def judge_pair(judge: BaseLanguageModel, question: str, first: str, second: str) -> str:
+def judge_pair(judge: BaseLanguageModel[Any], question: str, first: str, second: str) -> str:
     """``first``, ``second`` or ``tie``: the judge is asked in both orders."""
     forward = _verdict(judge, question, first, second)
     backward = {"A": "B", "B": "A", "TIE": "TIE"}[_verdict(judge, question, second, first)]
@@ -191,11 +191,11 @@ def compare_modes(
     pipelines: Mapping[str, EvaluationPipeline | BaseRetriever],
     out_dir: str | Path,
     *,
-    answer_llm: BaseLanguageModel | None = None,
+    answer_llm: BaseLanguageModel[Any] | None = None,
     metrics: Sequence[str] | None = None,
-    judge_llm: BaseLanguageModel | None = None,
+    judge_llm: BaseLanguageModel[Any] | None = None,
     judge_embeddings: Embeddings | None = None,
-    pairwise_judge: BaseLanguageModel | None = None,
+    pairwise_judge: BaseLanguageModel[Any] | None = None,
     resume: bool = True,
     set_aside_others: bool = False,
     progress: bool = True,
@@ -252,7 +252,7 @@ def compare_modes(
                 load_s = {name: pipeline.warm_up() for name, pipeline in pipelines.items()}
             ask_in_turns(questions, runs, progress=progress)
         records: dict[str, list[dict[str, Any]]] = {}
-        scores: dict[str, list[dict]] = {}
+        scores: dict[str, list[dict[str, float | None]]] = {}
         for name in pipelines:
             by_key = {record_key(r): r for r in read_records(files[name])}
             records[name] = [by_key[q.key] for q in questions]  # the file may hold others too
@@ -266,7 +266,7 @@ def compare_modes(
         return report
 
 
-def _not_scored(scores: Mapping[str, Sequence[dict]]) -> dict[str, str]:
+def _not_scored(scores: Mapping[str, Sequence[dict[str, float | None]]]) -> dict[str, str]:
     """Each null metric's reason; where modes differ, the reason of each mode by name."""
     reasons: dict[str, dict[str, str]] = {}
     for mode, rows in scores.items():
@@ -283,7 +283,7 @@ def _not_scored(scores: Mapping[str, Sequence[dict]]) -> dict[str, str]:
 
 def as_pipelines(
     modes: Mapping[str, EvaluationPipeline | BaseRetriever],
-    answer_llm: BaseLanguageModel | None = None,
+    answer_llm: BaseLanguageModel[Any] | None = None,
 ) -> dict[str, EvaluationPipeline]:
     """Each mode as a pipeline: a retriever gets ``answer_llm`` and its mode's name as label.
 
@@ -365,9 +365,9 @@ def _report(
     questions: Sequence[Question],
     folder: Path,
     records: dict[str, list[dict[str, Any]]],
-    scores: dict[str, list[dict]],
+    scores: dict[str, list[dict[str, float | None]]],
     modes: list[str],
-    pairwise_judge: BaseLanguageModel | None,
+    pairwise_judge: BaseLanguageModel[Any] | None,
     load_s: dict[str, dict[str, float]],
 ) -> ComparisonReport:
     """Aggregate, per-question rows and the judge's verdicts, written to ``folder``."""

@@ -73,8 +73,8 @@ def legacy_view(record: dict[str, Any]) -> dict[str, Any]:
 
 def process_hyde_query(
     query: str,
-    custom_hyde_llm: BaseLanguageModel | None = None,
-    custom_answer_llm: BaseLanguageModel | None = None,
+    custom_hyde_llm: BaseLanguageModel[Any] | None = None,
+    custom_answer_llm: BaseLanguageModel[Any] | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """Answer ``query`` and return ``answer``, ``contexts``, metrics and totals.

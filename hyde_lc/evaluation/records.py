@@ -55,7 +55,7 @@ Example:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -88,7 +88,7 @@ from hyde_lc.evaluation.usage import (
     embedding_usage,
     summarise,
 )
-from hyde_lc.retrievers.hyde import HyDEResult, HyDERetriever
+from hyde_lc.retrievers.hyde import DetailedRetriever, HyDEResult, HyDERetriever
 from hyde_lc.retrievers.neighbors import NeighborExpandingRetriever
 
 Mode = Literal["hyde", "standard"]
@@ -309,12 +309,7 @@ class EvaluationPipeline:
         assert self.answer_llm is not None
         chain = answer_with_context(self.answer_llm)
         inputs = {"question": question, "documents": docs}
-        if not self.stream:
-            return chain.invoke(inputs, config)
-        out = AddableDict()
-        for chunk in chain.stream(inputs, config):
-            out = out + AddableDict(chunk)
-        return dict(out)
+        return _added(chain.stream(inputs, config)) if self.stream else chain.invoke(inputs, config)
 
     async def _aanswer(
         self, question: str, docs: list[Document], config: RunnableConfig
@@ -324,10 +319,26 @@ class EvaluationPipeline:
         inputs = {"question": question, "documents": docs}
         if not self.stream:
             return await chain.ainvoke(inputs, config)
-        out = AddableDict()
-        async for chunk in chain.astream(inputs, config):
-            out = out + AddableDict(chunk)
-        return dict(out)
+        return _added([chunk async for chunk in chain.astream(inputs, config)])
+
+    def _detailed(self) -> DetailedRetriever | None:
+        """The retriever when it is hyde_lc's and reports its stages; None: seen from outside."""
+        retriever = self.retriever
+        if self.hyde_retriever is None or not isinstance(retriever, DetailedRetriever):
+            return None
+        return retriever
+
+    def _retrieve(self, question: str, config: RunnableConfig) -> HyDEResult:
+        detailed = self._detailed()
+        if detailed is None:
+            return _outside(question, self.retriever.invoke(question, config))
+        return detailed.retrieve_with_details(question, config)
+
+    async def _aretrieve(self, question: str, config: RunnableConfig) -> HyDEResult:
+        detailed = self._detailed()
+        if detailed is None:
+            return _outside(question, await self.retriever.ainvoke(question, config))
+        return await detailed.aretrieve_with_details(question, config)
 
     # -- public ------------------------------------------------------------------------
 
@@ -371,27 +382,14 @@ class EvaluationPipeline:
         reference_context_ids: list[str] | None = None,
     ) -> dict[str, Any]:
         """Answer ``question`` and return its record (see the module docstring)."""
-        _check_question(question)
-        recorders = _Recorders()
-        start = time.perf_counter()
-        config = self._config(recorders.hyde, "hyde_lc.retrieve")
-        if self.hyde_retriever is None:
-            result = _outside(question, self.retriever.invoke(question, config))
-        else:
-            result = self.retriever.retrieve_with_details(question, config)  # type: ignore[attr-defined]
-        retrieved = time.perf_counter()
-        answered = (
-            None
-            if self.answer_llm is None
-            else self._answer(
-                question, result.documents, self._config(recorders.answer, "hyde_lc.answer")
-            )
-        )
-        end = time.perf_counter()
+        trial = _Trial(question, self._config)
+        result = trial.retrieved(self._retrieve(question, trial.retrieval))
+        answered = None
+        if self.answer_llm is not None:
+            answered = self._answer(question, result.documents, trial.answering)
         return self._record(
-            question, result, answered, recorders, (start, retrieved, end),
-            reference, reference_contexts, reference_context_ids,
-        )  # fmt: skip
+            trial, result, answered, reference, reference_contexts, reference_context_ids
+        )
 
     async def arun(
         self,
@@ -402,48 +400,34 @@ class EvaluationPipeline:
         reference_context_ids: list[str] | None = None,
     ) -> dict[str, Any]:
         """Async `run`: the hypotheses are awaited together, the answer asynchronously."""
-        _check_question(question)
-        recorders = _Recorders()
-        start = time.perf_counter()
-        config = self._config(recorders.hyde, "hyde_lc.retrieve")
-        if self.hyde_retriever is None:
-            result = _outside(question, await self.retriever.ainvoke(question, config))
-        else:
-            result = await self.retriever.aretrieve_with_details(question, config)  # type: ignore[attr-defined]
-        retrieved = time.perf_counter()
-        answered = (
-            None
-            if self.answer_llm is None
-            else await self._aanswer(
-                question, result.documents, self._config(recorders.answer, "hyde_lc.answer")
-            )
-        )
-        end = time.perf_counter()
+        trial = _Trial(question, self._config)
+        result = trial.retrieved(await self._aretrieve(question, trial.retrieval))
+        answered = None
+        if self.answer_llm is not None:
+            answered = await self._aanswer(question, result.documents, trial.answering)
         return self._record(
-            question, result, answered, recorders, (start, retrieved, end),
-            reference, reference_contexts, reference_context_ids,
-        )  # fmt: skip
+            trial, result, answered, reference, reference_contexts, reference_context_ids
+        )
 
     # -- the record --------------------------------------------------------------------
 
     def _record(
         self,
-        question: str,
+        trial: _Trial,
         result: HyDEResult,
         answered: dict[str, Any] | None,
-        recorders: _Recorders,
-        clock: tuple[float, float, float],
         reference: str | None,
         reference_contexts: list[str] | None,
         reference_context_ids: list[str] | None,
     ) -> dict[str, Any]:
-        start, retrieved, end = clock
+        end = time.perf_counter()
+        question, start, retrieved = trial.question, trial.start, trial.retrieved_at
         docs = result.documents
         hyde_llm = self.hyde_llm
         hyde_info, answer_info = describe_llm(hyde_llm), describe_llm(self.answer_llm)
         embeddings = self.embedding_model
         answer_stage = summarise(
-            "answer", recorders.answer, provider=answer_info.provider,
+            "answer", trial.answer, provider=answer_info.provider,
             model=answer_info.name, model_id=answer_info.model_id, pricing=self.pricing,
         )  # fmt: skip
         stages: dict[str, StageUsage | None]
@@ -451,7 +435,7 @@ class EvaluationPipeline:
             assert embeddings is not None
             stages = {
                 "hypothesis": summarise(
-                    "hypothesis", recorders.hyde, provider=hyde_info.provider,
+                    "hypothesis", trial.hyde, provider=hyde_info.provider,
                     model=hyde_info.name, model_id=hyde_info.model_id, pricing=self.pricing,
                 ),
                 "embedding": embedding_usage(result.embedded_texts, embeddings, self.pricing),
@@ -469,10 +453,10 @@ class EvaluationPipeline:
                 "embedding": self._outside_embedding(question),
                 "answer": answer_stage,
             }
-            if recorders.hyde.calls:  # the retriever called a model itself
+            if trial.hyde.calls:  # the retriever called a model itself
                 stages["retriever_llm"] = summarise(
-                    "retriever_llm", recorders.hyde, provider="unknown",
-                    model=next((c.model_id for c in recorders.hyde.calls if c.model_id), "unknown"),
+                    "retriever_llm", trial.hyde, provider="unknown",
+                    model=next((c.model_id for c in trial.hyde.calls if c.model_id), "unknown"),
                     pricing=self.pricing,
                 )  # fmt: skip
             timings = {"hypothesis_s": None, "retrieval_s": retrieved - start}
@@ -576,12 +560,37 @@ class EvaluationPipeline:
         )
 
 
-class _Recorders:
-    """One usage recorder per LLM stage."""
+class _Trial:
+    """One question's run: a usage recorder and a config per LLM stage, and the clock.
 
-    def __init__(self) -> None:
+    ``hyde`` records the retrieval stage (the hypotheses, or a model another retriever
+    calls itself), ``answer`` the answer; ``start`` is when the run began (the question
+    checked), ``retrieved_at`` when retrieval returned.
+    """
+
+    def __init__(
+        self, question: str, config: Callable[[UsageRecorder, str], RunnableConfig]
+    ) -> None:
+        _check_question(question)
+        self.question = question
         self.hyde = UsageRecorder()
         self.answer = UsageRecorder()
+        self.start = self.retrieved_at = time.perf_counter()
+        self.retrieval = config(self.hyde, "hyde_lc.retrieve")
+        self.answering = config(self.answer, "hyde_lc.answer")
+
+    def retrieved(self, result: HyDEResult) -> HyDEResult:
+        """``result``, its time noted."""
+        self.retrieved_at = time.perf_counter()
+        return result
+
+
+def _added(chunks: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Streamed chunks added up, as ``invoke`` would have returned them."""
+    out = AddableDict()
+    for chunk in chunks:
+        out = out + AddableDict(chunk)
+    return dict(out)
 
 
 def _searching_retriever(retriever: Any) -> HyDERetriever | None:

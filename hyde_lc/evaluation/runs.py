@@ -402,7 +402,8 @@ def run_settings(pipeline: EvaluationPipeline) -> dict[str, Any]:
         "collection": collection,
         "store": location,
     }
-    return json.loads(json.dumps(settings))  # as it reads back from the file
+    read_back: dict[str, Any] = json.loads(json.dumps(settings))  # as it reads back from the file
+    return read_back
 
 
 def _record_fields(pipeline: EvaluationPipeline) -> dict[str, Any]:
@@ -437,10 +438,25 @@ def check_output_file(
     target = Path(path)
     _check_path(target, flag)
     if resume:
-        contents = scan(target)
-        refuse_foreign(contents, flag)
-        if questions is not None and not set_aside_others:
-            check_question_set(contents, questions, flag)
+        _resumable_contents(target, flag, questions, set_aside_others)
+
+
+def _resumable_contents(
+    path: str | os.PathLike[str],
+    flag: str,
+    questions: Sequence[Question] | None,
+    set_aside_others: bool,
+) -> Contents:
+    """What ``path`` holds; raises unless it is a results file of these questions.
+
+    Records of other questions are refused only given ``questions`` and unless
+    ``set_aside_others`` (`check_question_set`).
+    """
+    contents = scan(path)
+    refuse_foreign(contents, flag)
+    if questions is not None and not set_aside_others:
+        check_question_set(contents, questions, flag)
+    return contents
 
 
 def other_questions(contents: Contents, questions: Sequence[Question]) -> list[Line]:
@@ -503,10 +519,7 @@ def check_resumable(
     when a record's settings differ from the pipeline's; the message lists each
     difference as ``setting: stored -> asked``. Returns what the file holds.
     """
-    contents = scan(path)
-    refuse_foreign(contents, flag)
-    if questions is not None and not set_aside_others:
-        check_question_set(contents, questions, flag)
+    contents = _resumable_contents(path, flag, questions, set_aside_others)
     changed = differences(contents.records, run_settings(pipeline), _record_fields(pipeline))
     if changed:
         raise HydeLcError(
@@ -524,7 +537,9 @@ def check_pricing(pipeline: EvaluationPipeline) -> None:
         PricingTable.load()
 
 
-def _failure(question: Question, pipeline: EvaluationPipeline, exc: BaseException) -> dict:
+def _failure(
+    question: Question, pipeline: EvaluationPipeline, exc: BaseException
+) -> dict[str, Any]:
     return {
         "user_input": question.question,
         "response": None,

@@ -157,7 +157,7 @@ def encoding_for(provider: str, model: str) -> str:
     return "o200k_base"
 
 
-def describe_llm(llm: BaseLanguageModel | None) -> ModelInfo:
+def describe_llm(llm: BaseLanguageModel[Any] | None) -> ModelInfo:
     """Provider, short name and full id of a chat model (any LangChain class)."""
     if llm is None:
         return ModelInfo("none", "none", "none")
