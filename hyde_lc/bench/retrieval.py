@@ -58,7 +58,8 @@ from hyde_lc.models.loading import (
     resolve_llm_spec,
 )
 from hyde_lc.models.weights import cache_dir
-from hyde_lc.retrievers.hyde import HyDERetriever, configuration_label
+from hyde_lc.retrievers.hyde import HyDERetriever
+from hyde_lc.retrievers.label import configuration_label
 from hyde_lc.search.lexical import LexicalSearch
 
 DEPTH = 100

@@ -88,7 +88,8 @@ from hyde_lc.evaluation.usage import (
     embedding_usage,
     summarise,
 )
-from hyde_lc.retrievers.hyde import DetailedRetriever, HyDEResult, HyDERetriever
+from hyde_lc.retrievers.base import DetailedRetriever, HyDEResult
+from hyde_lc.retrievers.hyde import HyDERetriever
 from hyde_lc.retrievers.neighbors import NeighborExpandingRetriever
 
 Mode = Literal["hyde", "standard"]

@@ -18,12 +18,13 @@ from langchain_core.prompts import PromptTemplate
 from langchain_core.vectorstores import InMemoryVectorStore
 from pydantic import Field
 
-from hyde_lc.core.fusion import fuse_mean, reciprocal_rank_fusion
+from hyde_lc.core.fusion import Fused, fuse_mean, reciprocal_rank_fusion
 from hyde_lc.errors import EmbeddingMismatchError, InvalidSettingError
 from hyde_lc.hyde.hypotheses import is_refusal, llm_identity
 from hyde_lc.hyde.prompts import PROMPTS
 from hyde_lc.models.local_llm import LocalChatModel
-from hyde_lc.retrievers.hyde import MAX_HYPOTHESES, Fused, HyDERetriever, configuration_label
+from hyde_lc.retrievers.hyde import MAX_HYPOTHESES, HyDERetriever
+from hyde_lc.retrievers.label import configuration_label
 from hyde_lc.search.lexical import LexicalSearch
 from tests.fakes import TOPICS, FakeEmbeddings, RecordingEmbeddings, RunRecorder, ScriptedChat
 from tests.unit import conftest as unit_conftest
