@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack, cast
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
@@ -141,6 +141,17 @@ _OWN_ARGUMENTS = {
     "hypothesis_llm": "custom_hyde_llm (or hyde_model)",
 }
 """HyDERetriever fields that `EvaluationPipeline.from_settings` takes under its own name."""
+
+
+class References(TypedDict, total=False):
+    """What a caller knows of a question's right answer, kept in its record for Ragas."""
+
+    reference: str | None
+    """The reference answer."""
+    reference_contexts: list[str] | None
+    """The passages that hold the answer."""
+    reference_context_ids: list[str] | None
+    """The ids of the chunks that hold the answer."""
 
 
 class EvaluationPipeline:
@@ -374,41 +385,23 @@ class EvaluationPipeline:
                 seconds[stage] = time.perf_counter() - start
         return seconds
 
-    def run(
-        self,
-        question: str,
-        *,
-        reference: str | None = None,
-        reference_contexts: list[str] | None = None,
-        reference_context_ids: list[str] | None = None,
-    ) -> dict[str, Any]:
+    def run(self, question: str, **references: Unpack[References]) -> dict[str, Any]:
         """Answer ``question`` and return its record (see the module docstring)."""
         trial = _Trial(question, self._config)
         result = trial.retrieved(self._retrieve(question, trial.retrieval))
         answered = None
         if self.answer_llm is not None:
             answered = self._answer(question, result.documents, trial.answering)
-        return self._record(
-            trial, result, answered, reference, reference_contexts, reference_context_ids
-        )
+        return self._record(trial, result, answered, references)
 
-    async def arun(
-        self,
-        question: str,
-        *,
-        reference: str | None = None,
-        reference_contexts: list[str] | None = None,
-        reference_context_ids: list[str] | None = None,
-    ) -> dict[str, Any]:
+    async def arun(self, question: str, **references: Unpack[References]) -> dict[str, Any]:
         """Async `run`: the hypotheses are awaited together, the answer asynchronously."""
         trial = _Trial(question, self._config)
         result = trial.retrieved(await self._aretrieve(question, trial.retrieval))
         answered = None
         if self.answer_llm is not None:
             answered = await self._aanswer(question, result.documents, trial.answering)
-        return self._record(
-            trial, result, answered, reference, reference_contexts, reference_context_ids
-        )
+        return self._record(trial, result, answered, references)
 
     # -- the record --------------------------------------------------------------------
 
@@ -417,9 +410,7 @@ class EvaluationPipeline:
         trial: _Trial,
         result: HyDEResult,
         answered: dict[str, Any] | None,
-        reference: str | None,
-        reference_contexts: list[str] | None,
-        reference_context_ids: list[str] | None,
+        references: References,
     ) -> dict[str, Any]:
         end = time.perf_counter()
         question, start, retrieved = trial.question, trial.start, trial.retrieved_at
@@ -480,12 +471,10 @@ class EvaluationPipeline:
             "retrieved_contexts": [d.page_content for d in docs],
             "retrieved_context_ids": [context_id(d) for d in docs],
         }
-        if reference is not None:
-            record["reference"] = reference
-        if reference_contexts is not None:
-            record["reference_contexts"] = list(reference_contexts)
-        if reference_context_ids is not None:
-            record["reference_context_ids"] = list(reference_context_ids)
+        for key in References.__annotations__:  # what the caller knows of the right answer
+            value: Any = references.get(key)
+            if value is not None:
+                record[key] = value if isinstance(value, str) else list(value)
         hypothesis = stages["hypothesis"]
         outside = self.hyde_retriever is None
         record["metadata"] = {
@@ -684,15 +673,12 @@ def _pipeline_for(
 
 
 def query_for_evaluation(
-    question: str,
-    *,
-    reference: str | None = None,
-    reference_contexts: list[str] | None = None,
-    reference_context_ids: list[str] | None = None,
-    retriever: EvaluatedRetriever | None = None,
-    **options: Any,
+    question: str, *, retriever: EvaluatedRetriever | None = None, **options: Any
 ) -> dict[str, Any]:
     """Answer one question and return its Ragas-ready record.
+
+    ``reference``, ``reference_contexts`` and ``reference_context_ids`` (`References`)
+    go into the record as given.
 
     With ``retriever`` (any LangChain retriever: a `HyDERetriever`,
     ``store.as_retriever()``, an ``EnsembleRetriever``...), ``options`` are those of
@@ -710,27 +696,20 @@ def query_for_evaluation(
         ['metadata', 'response', 'retrieved_context_ids', 'retrieved_contexts', 'user_input']
 
     """
-    return _pipeline_for(retriever, options).run(
-        question,
-        reference=reference,
-        reference_contexts=reference_contexts,
-        reference_context_ids=reference_context_ids,
-    )
+    references = _references(options)
+    return _pipeline_for(retriever, options).run(question, **references)
 
 
 async def aquery_for_evaluation(
-    question: str,
-    *,
-    reference: str | None = None,
-    reference_contexts: list[str] | None = None,
-    reference_context_ids: list[str] | None = None,
-    retriever: EvaluatedRetriever | None = None,
-    **options: Any,
+    question: str, *, retriever: EvaluatedRetriever | None = None, **options: Any
 ) -> dict[str, Any]:
     """Async `query_for_evaluation`."""
-    return await _pipeline_for(retriever, options).arun(
-        question,
-        reference=reference,
-        reference_contexts=reference_contexts,
-        reference_context_ids=reference_context_ids,
+    references = _references(options)
+    return await _pipeline_for(retriever, options).arun(question, **references)
+
+
+def _references(options: dict[str, Any]) -> References:
+    """The `References` among a call's ``options``, taken out of them."""
+    return cast(
+        References, {key: options.pop(key) for key in References.__annotations__ if key in options}
     )

@@ -54,7 +54,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from tqdm.auto import tqdm
 
@@ -420,13 +420,19 @@ def _record_fields(pipeline: EvaluationPipeline) -> dict[str, Any]:
     }
 
 
+class FileChecks(TypedDict, total=False):
+    """How `check_output_file` and `check_resumable` check a results file."""
+
+    flag: str
+    """The option that chose the path, for the messages (default ``--out``)."""
+    questions: Sequence[Question] | None
+    """The questions of this run: records of others are refused (unless set aside)."""
+    set_aside_others: bool
+    """Whether records of other questions are to be set aside rather than refused."""
+
+
 def check_output_file(
-    path: str | os.PathLike[str],
-    *,
-    resume: bool,
-    flag: str = "--out",
-    questions: Sequence[Question] | None = None,
-    set_aside_others: bool = False,
+    path: str | os.PathLike[str], *, resume: bool, **checks: Unpack[FileChecks]
 ) -> None:
     """What can be told about an output file before any model loads; raises if unusable.
 
@@ -436,25 +442,21 @@ def check_output_file(
     ``flag`` names the option that chose the path, for the messages.
     """
     target = Path(path)
-    _check_path(target, flag)
+    _check_path(target, checks.get("flag", "--out"))
     if resume:
-        _resumable_contents(target, flag, questions, set_aside_others)
+        _resumable_contents(target, checks)
 
 
-def _resumable_contents(
-    path: str | os.PathLike[str],
-    flag: str,
-    questions: Sequence[Question] | None,
-    set_aside_others: bool,
-) -> Contents:
+def _resumable_contents(path: str | os.PathLike[str], checks: FileChecks) -> Contents:
     """What ``path`` holds; raises unless it is a results file of these questions.
 
     Records of other questions are refused only given ``questions`` and unless
     ``set_aside_others`` (`check_question_set`).
     """
+    flag, questions = checks.get("flag", "--out"), checks.get("questions")
     contents = scan(path)
     refuse_foreign(contents, flag)
-    if questions is not None and not set_aside_others:
+    if questions is not None and not checks.get("set_aside_others", False):
         check_question_set(contents, questions, flag)
     return contents
 
@@ -505,12 +507,7 @@ def _check_path(target: Path, flag: str) -> None:
 
 
 def check_resumable(
-    path: str | os.PathLike[str],
-    pipeline: EvaluationPipeline,
-    *,
-    flag: str = "--out",
-    questions: Sequence[Question] | None = None,
-    set_aside_others: bool = False,
+    path: str | os.PathLike[str], pipeline: EvaluationPipeline, **checks: Unpack[FileChecks]
 ) -> Contents:
     """Refuse to resume ``path`` with ``pipeline`` if its records were made otherwise.
 
@@ -519,7 +516,8 @@ def check_resumable(
     when a record's settings differ from the pipeline's; the message lists each
     difference as ``setting: stored -> asked``. Returns what the file holds.
     """
-    contents = _resumable_contents(path, flag, questions, set_aside_others)
+    contents = _resumable_contents(path, checks)
+    flag = checks.get("flag", "--out")
     changed = differences(contents.records, run_settings(pipeline), _record_fields(pipeline))
     if changed:
         raise HydeLcError(
@@ -557,15 +555,27 @@ def _failure(
     }
 
 
+class RunOptions(TypedDict, total=False):
+    """How `evaluate_questions` and `open_run` treat the results file."""
+
+    resume: bool
+    """Keep the records already there and ask the other questions (default); False
+    starts the file afresh."""
+    retry_errors: bool
+    """Ask again the questions whose records are failures."""
+    set_aside_others: bool
+    """Move records of questions not in this run to ``<out>.other`` (else: refused)."""
+    flag: str
+    """The option that chose the file, for the messages (default ``--out``)."""
+
+
 def evaluate_questions(
     questions: Sequence[Question],
     pipeline: EvaluationPipeline,
     out: str | os.PathLike[str],
     *,
-    resume: bool = True,
-    retry_errors: bool = False,
-    set_aside_others: bool = False,
     progress: bool = True,
+    **options: Unpack[RunOptions],
 ) -> RunSummary:
     """Run every question not yet in ``out`` and append its record (see module docstring).
 
@@ -578,10 +588,7 @@ def evaluate_questions(
     (`EvaluationPipeline.warm_up`), so no record's times include loading; the summary
     gives the seconds that took.
     """
-    with open_run(
-        questions, pipeline, out, resume=resume, retry_errors=retry_errors,
-        set_aside_others=set_aside_others,
-    ) as run:  # fmt: skip
+    with open_run(questions, pipeline, out, **options) as run:
         load_s = pipeline.warm_up() if run.todo else {}
         method = pipeline.retrieval_method
         for question in tqdm(run.todo, desc=f"evaluate ({method})", disable=not progress):
@@ -675,11 +682,7 @@ def open_run(
     questions: Sequence[Question],
     pipeline: EvaluationPipeline,
     out: str | os.PathLike[str],
-    *,
-    resume: bool = True,
-    retry_errors: bool = False,
-    flag: str = "--out",
-    set_aside_others: bool = False,
+    **options: Unpack[RunOptions],
 ) -> Iterator[ResultsRun]:
     """``out`` checked, held and tidied for ``pipeline``'s run over ``questions``.
 
@@ -689,6 +692,7 @@ def open_run(
     again; records of other questions are refused, or moved to ``<out>.other`` with
     ``set_aside_others``. When the block ends normally, records are put in question order.
     """
+    flag, set_aside_others = options.get("flag", "--out"), options.get("set_aside_others", False)
     target = Path(out)
     check_unique_keys(questions)
     check_pricing(pipeline)
@@ -700,13 +704,13 @@ def open_run(
                 target, pipeline, flag=flag, questions=questions,
                 set_aside_others=set_aside_others,
             )
-            if resume
+            if options.get("resume", True)
             else None
         )  # fmt: skip
         others = _set_aside_others(target, contents, questions) if contents else (0, None)
         if others[0]:
             contents = scan(target)
-        kept, moved, corrupt = _prepare(target, contents, retry_errors)
+        kept, moved, corrupt = _prepare(target, contents, options.get("retry_errors", False))
         done_keys = {record_key(line.record) for line in kept if line.record}
         done_keys &= {q.key for q in questions}
         with target.open("ab") as sink:

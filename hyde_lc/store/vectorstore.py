@@ -201,16 +201,11 @@ class HydeChroma(Chroma):
         )
 
     def similarity_search_by_vector(
-        self,
-        embedding: list[float],
-        k: int = 4,
-        filter: Where = None,
-        where_document: Where = None,
-        **kwargs: Any,
+        self, embedding: list[float], k: int = 4, *args: Any, **kwargs: Any
     ) -> list[Document]:
-        """The ``k`` chunks nearest to ``embedding``."""
+        """The ``k`` chunks nearest to ``embedding`` (``filter``, ``where_document``: as below)."""
         found = self.similarity_search_by_vector_with_relevance_scores(
-            embedding, k, filter, where_document, **kwargs
+            embedding, k, *args, **kwargs
         )
         return [doc for doc, _ in found]
 
