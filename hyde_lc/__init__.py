@@ -16,8 +16,9 @@ Example:
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hyde_lc.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from hyde_lc.answer import build_answer_chain
@@ -83,16 +84,4 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
-
-def __getattr__(name: str) -> Any:
-    """Import a public name from its module on first use (PEP 562)."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hyde_lc' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

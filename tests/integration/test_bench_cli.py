@@ -23,6 +23,7 @@ FULL_RUN = ROOT / "benchmarks" / "results" / "scifact-standard" / "results.json"
 
 
 @pytest.mark.skipif(not SCIFACT.is_dir(), reason="needs ../shared/data/scifact beside the repo")
+@pytest.mark.timeout(1800)  # as long as its command may take (embedding the corpus first)
 def test_bench_cli_on_twenty_scifact_queries(tmp_path):
     out = tmp_path / "bench"
     command = [
