@@ -321,17 +321,17 @@ def check_store(store_dir: Path, dead: list[list[str]], dense_dead: list[str]) -
     """
     from hyde_lc import open_store
     from hyde_lc.search.lexical import lexical_search_for
-    from hyde_lc.store import chroma as chroma
-    from hyde_lc.store.collection import SEQ_KEY, HybridCollection
+    from hyde_lc.store.chroma_collection import DOC_VERSION, SEQ, head_of, pending_in
+    from hyde_lc.store.collection import HybridCollection
     from hyde_lc.store.lexical_index import lexical_query
 
     embeddings = HashEmbeddings()
     store = open_store(store_dir, embeddings=embeddings)
     collection = store.existing_collection()
     raw = collection.get(include=["documents", "metadatas"])
-    metadata = chroma.fresh_metadata(store)
-    head = int(metadata.get(chroma.META_HEAD) or 0)
-    pending = chroma.pending_in(metadata)
+    metadata = HybridCollection.of(store).chroma.fresh_metadata()
+    head = head_of(metadata)
+    pending = pending_in(metadata)
     visible = store.get(include=["documents", "metadatas", "embeddings"])
     violations: dict[str, list[dict[str, Any]]] = defaultdict(list)
 
@@ -341,9 +341,9 @@ def check_store(store_dir: Path, dead: list[list[str]], dense_dead: list[str]) -
             {
                 "id": chunk_id,
                 "file": key_of(str(meta.get("source", "?"))),
-                "seq": meta.get(SEQ_KEY),
+                "seq": meta.get(SEQ),
                 "head": head,
-                "doc_version": meta.get(chroma.DOC_VERSION),
+                "doc_version": meta.get(DOC_VERSION),
                 **detail,
             }
         )
@@ -386,7 +386,7 @@ def check_store(store_dir: Path, dead: list[list[str]], dense_dead: list[str]) -
         visible["embeddings"],
         strict=True,
     ):
-        past_head = int(meta.get(SEQ_KEY) or 0) > head
+        past_head = int(meta.get(SEQ) or 0) > head
         suffix = "_past_head" if past_head else ""
         found = TERM.search(text)
         wanted = found.group(0) if found else STABLE_TERM
@@ -411,7 +411,7 @@ def check_store(store_dir: Path, dead: list[list[str]], dense_dead: list[str]) -
     parts: dict[tuple[str, str], list[int]] = defaultdict(list)
     counts: dict[tuple[str, str], int] = {}
     for meta in visible["metadatas"]:
-        key = (str(meta.get("source")), str(meta.get(chroma.DOC_VERSION)))
+        key = (str(meta.get("source")), str(meta.get(DOC_VERSION)))
         parts[key].append(int(meta["chunk_index"]))
         counts[key] = int(meta["chunk_count"])
     for key, indexes in parts.items():
@@ -419,7 +419,7 @@ def check_store(store_dir: Path, dead: list[list[str]], dense_dead: list[str]) -
             violation(
                 "partial_document_visible",
                 "-",
-                {"source": key[0], chroma.DOC_VERSION: key[1]},
+                {"source": key[0], DOC_VERSION: key[1]},
                 chunks=sorted(indexes),
                 of=counts[key],
             )
@@ -450,10 +450,10 @@ def check_store(store_dir: Path, dead: list[list[str]], dense_dead: list[str]) -
     past_head = [
         i
         for i, m in zip(raw["ids"], raw["metadatas"], strict=True)
-        if int(m.get(SEQ_KEY) or 0) > head
+        if int(m.get(SEQ) or 0) > head
     ]
     chunks = {
-        i: [key_of(str(m.get("source"))), text, str(m.get(chroma.DOC_VERSION))]
+        i: [key_of(str(m.get("source"))), text, str(m.get(DOC_VERSION))]
         for i, text, m in zip(raw["ids"], raw["documents"], raw["metadatas"], strict=True)
     }
     return {
