@@ -448,9 +448,7 @@ def check_store(store_dir: Path, dead: list[list[str]], dense_dead: list[str]) -
             violation("dead_returned_dense", chunk_id, None, top=top)
 
     past_head = [
-        i
-        for i, m in zip(raw["ids"], raw["metadatas"], strict=True)
-        if int(m.get(SEQ) or 0) > head
+        i for i, m in zip(raw["ids"], raw["metadatas"], strict=True) if int(m.get(SEQ) or 0) > head
     ]
     chunks = {
         i: [key_of(str(m.get("source"))), text, str(m.get(DOC_VERSION))]
