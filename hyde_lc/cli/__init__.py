@@ -29,7 +29,6 @@ from typing import Any
 from hyde_lc.cli import ask, bench, collection, evaluate
 from hyde_lc.cli.options import unicode_problem
 from hyde_lc.cli.render import shown_line
-from hyde_lc.core.settings import settings
 from hyde_lc.errors import HydeLcError
 from hyde_lc.hyde.prompts import DEFAULT_PROMPT, PROMPTS
 from hyde_lc.ingest.samples import sample_files
@@ -131,6 +130,8 @@ def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     debug = False
     try:
+        from hyde_lc.core.settings import settings  # after parsing: --help stays light
+
         debug = settings().debug  # a bad HYDE_LC_* value is refused before any work
         return int(args.func(args))
     except HydeLcError as exc:

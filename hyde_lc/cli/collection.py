@@ -23,7 +23,6 @@ from hyde_lc.cli.options import (
     positive_int,
 )
 from hyde_lc.cli.render import info_lines, ingest_lines, json_text, shown_line
-from hyde_lc.core.settings import settings
 from hyde_lc.errors import HydeLcError
 
 SAMPLE_LANGUAGES = ("en", "zh")
@@ -58,6 +57,8 @@ def sample_embeddings(args: argparse.Namespace) -> str | None:
         'local:multilingual-e5-small'
 
     """
+    from hyde_lc.core.settings import settings  # not on --help's path
+
     if args.sample != "zh" or args.embeddings or settings().embeddings:
         return None
     from hyde_lc.store.location import StoreLocation

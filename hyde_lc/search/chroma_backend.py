@@ -136,11 +136,7 @@ class ChromaBackend(VectorStoreBackend):
 
     def source_chunks(self, source: str) -> list[Document]:
         """Every chunk of one ``source``, in one read."""
-        got = self._get(where={"source": source}, include=["documents", "metadatas"])
-        return [
-            Document(text or "", metadata=dict(meta or {}), id=id_)
-            for id_, text, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True)
-        ]
+        return documents_of(self._get(where={"source": source}, include=["documents", "metadatas"]))
 
     def chunks_around(
         self, sources: Sequence[str], doc_ids: Sequence[str] | None, indexes: Sequence[int]
