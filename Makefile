@@ -8,7 +8,7 @@ UV     := $(BIN)/uv
 UV_INSTALL := $(UV) pip install --python $(BIN)/python --no-deps --require-hashes
 QUESTION ?= How did the Fresnel lens change lighthouses?
 
-.PHONY: demo test lint install install-demo lock check-extras notebooks clean-store
+.PHONY: demo test test-unit lint install install-demo lock check-extras notebooks clean-store
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ demo: install-demo
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The unit suite alone, on both cores: the quick loop while changing code.
+test-unit: install
+	$(BIN)/python -m pytest tests/unit -n 2 $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check hyde_lc tests scripts benchmarks
