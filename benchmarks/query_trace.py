@@ -9,6 +9,7 @@ counted under the file that defines it. ``--no-writer`` traces the default confi
 
     python benchmarks/query_trace.py
     python benchmarks/query_trace.py --no-writer --functions
+    python benchmarks/query_trace.py --all   # every Python function, libraries included
 """
 
 from __future__ import annotations
@@ -50,7 +51,9 @@ def build(folder: Path, writer: bool) -> HyDERetriever:
 class Tracer:
     """Counts (module, function) calls while active, in every thread started after it."""
 
-    def __init__(self) -> None:
+    def __init__(self, everything: bool = False) -> None:
+        self.everything = everything
+        """Count every Python function (libraries too), not only hyde_lc's."""
         self.calls: Counter[tuple[str, str]] = Counter()
         self.active = False
         self._lock = threading.Lock()
@@ -62,11 +65,13 @@ class Tracer:
         if not path.is_absolute():
             return
         try:
-            module = path.resolve().relative_to(PACKAGE)
+            module = f"hyde_lc/{path.resolve().relative_to(PACKAGE)}"
         except ValueError:
-            return
+            if not self.everything:
+                return
+            module = str(path)
         with self._lock:
-            self.calls[(f"hyde_lc/{module}", frame.f_code.co_name)] += 1
+            self.calls[(module, frame.f_code.co_name)] += 1
 
     def install(self) -> None:
         """Profile this thread and every thread started from now on (worker pools)."""
@@ -88,8 +93,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--no-writer", action="store_true", help="no hypothesis model")
     parser.add_argument("--functions", action="store_true", help="list the functions too")
+    parser.add_argument("--all", action="store_true", help="count libraries' functions too")
     args = parser.parse_args()
-    tracer = Tracer()
+    tracer = Tracer(everything=args.all)
     tracer.install()  # before any worker thread starts, so that they are traced too
     with tempfile.TemporaryDirectory(prefix="hyde-trace-") as tmp:
         retriever = build(Path(tmp) / "store", writer=not args.no_writer)
@@ -98,7 +104,11 @@ def main() -> None:
     modules: Counter[str] = Counter()
     for (module, _), count in calls.items():
         modules[module] += count
-    print(f"{len(modules)} hyde_lc modules entered by one warm query")
+    ours = [m for m in modules if m.startswith("hyde_lc/")]
+    print(
+        f"{len(ours)} hyde_lc modules entered by one warm query; "
+        f"{sum(modules.values())} Python function calls"
+    )
     for module, count in sorted(modules.items()):
         print(f"  {module:48s} {count:6d} calls")
         if args.functions:
