@@ -105,6 +105,14 @@ class StoreUnavailableError(StoreError):
     """The Chroma server stopped answering in the middle of a run (stopped, crashed)."""
 
 
+class StoreBusyError(StoreError):
+    """Another writer holds the collection, past the time there was to wait for it."""
+
+
+class WriterLeaseLostError(StoreError):
+    """A server writer's lease ran out (its process stalled, or lost the server): it stops."""
+
+
 def settings_error(owner: type, exc: Any) -> InvalidSettingError:
     """A pydantic ``ValidationError`` of ``owner``'s settings, in the package's words.
 

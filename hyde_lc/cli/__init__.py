@@ -60,6 +60,10 @@ environment:
   HYDE_LC_REFRESH_INTERVAL   seconds a search may reuse the collection's state (1)
   HYDE_LC_AUDIT_INTERVAL   seconds between checks of the BM25 index against the
        collection's contents, in the background (600; 0 = off)
+  HYDE_LC_WRITE_WAIT   seconds a writer of a Chroma server collection waits for
+       another to finish (600)
+  HYDE_LC_WRITER_LEASE   seconds a server writer's lease lasts unrenewed: a killed
+       writer's unfinished write is finished after it (30)
   HYDE_LC_N_CTX, HYDE_LC_THREADS   local models: context window, CPU threads
   HYDE_LC_CACHE_DIR, HYDE_LC_PRICING, HYDE_LC_DEBUG   (see the README)
 """

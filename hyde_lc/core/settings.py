@@ -41,6 +41,8 @@ __all__ = [
     "DEFAULT_CONTEXT_SIZE",
     "DEFAULT_REFRESH_INTERVAL",
     "DEFAULT_REQUEST_TIMEOUT",
+    "DEFAULT_WRITER_LEASE",
+    "DEFAULT_WRITE_WAIT",
     "ENV_NAMES",
     "MAX_CONTEXT_SIZE",
     "MAX_THREADS",
@@ -64,6 +66,10 @@ DEFAULT_REFRESH_INTERVAL = 1.0
 """Seconds a search may reuse the collection's state unless ``HYDE_LC_REFRESH_INTERVAL`` says."""
 DEFAULT_AUDIT_INTERVAL = 600.0
 """Seconds between background index audits unless ``HYDE_LC_AUDIT_INTERVAL`` says."""
+DEFAULT_WRITER_LEASE = 30.0
+"""Seconds a server writer's lease lasts unless renewed, unless ``HYDE_LC_WRITER_LEASE`` says."""
+DEFAULT_WRITE_WAIT = 600.0
+"""Seconds a writer waits for another one to finish unless ``HYDE_LC_WRITE_WAIT`` says."""
 MAX_THREADS = 256
 """The most CPU threads ``HYDE_LC_THREADS`` may ask for (thousands abort the OpenMP runtime)."""
 
@@ -174,6 +180,18 @@ _AUDIT_INTERVAL = _number(
     "0 turns them off",
 )
 
+_WRITER_LEASE = _number(
+    low=3,
+    high=3600,
+    what="seconds a Chroma server writer's lease lasts unless renewed (it is renewed every "
+    "third of that); a writer killed is taken over after it",
+)
+_WRITE_WAIT = _number(
+    low=0,
+    high=7 * 86400,
+    what="seconds a writer waits for another writer of the same server collection to finish",
+)
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -222,6 +240,14 @@ class Settings:
         default=DEFAULT_AUDIT_INTERVAL, metadata=_reads("HYDE_LC_AUDIT_INTERVAL", _AUDIT_INTERVAL)
     )
     """``HYDE_LC_AUDIT_INTERVAL``: seconds (0 to 7 days; 600; 0 = off) between index audits."""
+    writer_lease: float = field(
+        default=DEFAULT_WRITER_LEASE, metadata=_reads("HYDE_LC_WRITER_LEASE", _WRITER_LEASE)
+    )
+    """``HYDE_LC_WRITER_LEASE``: seconds (3 to 3600; 30) a server writer's lease lasts unrenewed."""
+    write_wait: float = field(
+        default=DEFAULT_WRITE_WAIT, metadata=_reads("HYDE_LC_WRITE_WAIT", _WRITE_WAIT)
+    )
+    """``HYDE_LC_WRITE_WAIT``: seconds (0 to 7 days; 600) a server writer waits for another."""
     n_ctx: int = field(
         default=DEFAULT_CONTEXT_SIZE,
         metadata=_reads(

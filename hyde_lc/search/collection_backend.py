@@ -97,8 +97,8 @@ class CollectionBackend(ChromaBackend):
         return list(self.hybrid.dense_hits(vector, k, where, max_age=self.max_age)), {}
 
     def lexical_note(self) -> str | None:
-        """Nothing to say of the collection's own index (a lexical side brought may be stale)."""
-        return None if self.own_lexical else super().lexical_note()
+        """What the results say of the lexical side: its own index's note, or a brought one's."""
+        return self.hybrid.lexical_note() if self.own_lexical else super().lexical_note()
 
     def lexical_hits(
         self, weights: Counter[str], k: int, where: Where = None

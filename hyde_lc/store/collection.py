@@ -4,9 +4,11 @@ Every write to a hyde_lc collection (ingestion, replacing or removing a document
 LangChain's ``add_texts`` / ``add_documents`` / ``update_documents`` / ``delete`` on
 `hyde_lc.store.vectorstore.HydeChroma`) goes through `HybridCollection.writing`, which:
 
-* holds one lock per collection (a file lock beside an embedded store, so other
-  processes wait; a process-wide lock for a Chroma server, whose collections take one
-  writer at a time);
+* holds one lock per collection: a file lock beside an embedded store, so other
+  processes wait; for a Chroma server, a writer lease kept in the server
+  (`hyde_lc.store.lease`), so that its clients, wherever they run, write one at a time
+  (each waits up to ``HYDE_LC_WRITE_WAIT`` seconds for another) and every write has a
+  sequence number of its own;
 * stamps every chunk it writes with the write's *sequence number* (``hyde_lc_seq`` in the
   chunk's metadata) and logs every chunk it deletes, with that number, in a small
   companion collection (`feed_name`). The collection's metadata records the last
@@ -38,8 +40,12 @@ compares the fingerprint of every chunk in Chroma with the index's
 A writer killed mid-write leaves chunks stamped past the head, or deletions logged and
 not done: the next writer rolls that write forward (finishes the deletions, takes a
 sequence number past it). Until then, readers of a store folder index what it wrote at
-their next count check (the lock tells them no write is under way); readers of a server
-at the next write.
+their next count check (the lock tells them no write is under way). On a server, the
+first reader to read the state once the killed writer's lease has run out finishes its
+write itself (`finish_abandoned`); meanwhile, as during any other client's write, the
+chunks that write made searchable are found by dense search only, and the results say so
+(`lexical_note`). A replaced document is written out of searches and switched to in one
+metadata write, so no reader ever finds two versions of it.
 
 Example:
     >>> from hyde_lc import open_store
@@ -61,7 +67,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,9 +75,9 @@ from typing import Any
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
-from hyde_lc.core.locks import file_lock, is_locked
+from hyde_lc.core.locks import LockHeldError, file_lock, is_locked
 from hyde_lc.core.settings import settings
-from hyde_lc.errors import InvalidSettingError, StoreError
+from hyde_lc.errors import InvalidSettingError, StoreBusyError, StoreError
 from hyde_lc.models.weights import cache_dir
 from hyde_lc.store import disk_space
 from hyde_lc.store.chroma_collection import (
@@ -86,6 +92,7 @@ from hyde_lc.store.chroma_collection import (
     seq_of,
     user_metadata,
 )
+from hyde_lc.store.lease import WriterLease, read_lease
 from hyde_lc.store.lexical_index import LexicalIndex, chunk_digest, read_state
 from hyde_lc.store.location import LOCK_FILE
 
@@ -185,6 +192,7 @@ class Write:
         """
         if not self.touched:
             self.collection  # noqa: B018 - created (model recorded) before the mark
+            self.owner.check_lease()
             self.owner.chroma.set_value(META_WRITING, self.seq)
             self.touched = True
 
@@ -222,6 +230,7 @@ class Write:
         dimension = len(vectors[0]) if len(vectors) else 0
         disk_space.check_room(folder, len(ids), dimension, documents, stamped)
         self._begin()
+        self.owner.check_lease()
         ids = [str(i) for i in ids]
         before = self.collection.get(ids=ids, include=["embeddings", "metadatas", "documents"])
         try:
@@ -283,6 +292,7 @@ class Write:
         for start in range(0, len(ids), size):
             part = [str(i) for i in ids[start : start + size]]
             self._begin()
+            self.owner.check_lease()
             self.owner.log_deletions(part, self.seq)
             self.collection.delete(ids=part)
             self.owner.index_now((), part, self)
@@ -295,6 +305,7 @@ class Write:
     def set_pending(self, add: Iterable[str] = (), remove: Iterable[str] = ()) -> list[str]:
         """Change the versions searches leave out, in one metadata write."""
         self._begin()
+        self.owner.check_lease()
         after = self.owner.chroma.set_pending(add=add, remove=remove)
         self.owner.forget_snapshot()
         return after
@@ -303,6 +314,8 @@ class Write:
 _PROCESS_LOCK = threading.Lock()
 _SERVER_LOCKS: dict[str, threading.RLock] = {}
 """One writer at a time per server collection within this process."""
+_LEASES: dict[str, WriterLease] = {}
+"""The writer leases this process holds, by server collection (touched under its lock)."""
 _DAMAGED: set[str] = set()
 """Index folders found damaged (warned once each; the rebuild replaces them)."""
 _UNWRITABLE: set[str] = set()
@@ -417,7 +430,8 @@ class HybridCollection:
             if current is not None and time.monotonic() - current.read_at <= age:
                 return current
             fresh = self._read_snapshot()
-            self._after_refresh(fresh)
+            if self._after_refresh(fresh):
+                fresh = self._read_snapshot()  # a write whose writer was gone, finished
             self._snapshot = fresh
         self._audit_if_due()
         return fresh
@@ -446,16 +460,17 @@ class HybridCollection:
     # -- writing --------------------------------------------------------------------------
 
     @contextmanager
-    def writing(self) -> Iterator[Write]:
+    def writing(self, wait: float | None = None) -> Iterator[Write]:
         """Be the collection's only writer while the block runs; yields the `Write`.
 
-        On the way in: the lock, this process's view of the store refreshed, and a write
-        killed earlier rolled forward. On the way out (also when the block fails: what
-        it wrote stays, and must be indexed): the head moves to this write if it changed
-        anything, then the index takes its changes (or catches up, or is built, if it
-        was behind or missing).
+        On the way in: the lock (for a Chroma server, the writer lease, waited for up to
+        ``wait`` seconds, default ``HYDE_LC_WRITE_WAIT``), this process's view of the
+        store refreshed, and a write killed earlier rolled forward. On the way out (also
+        when the block fails: what it wrote stays, and must be indexed): the head moves to
+        this write if it changed anything, then the index takes its changes (or catches
+        up, or is built, if it was behind or missing).
         """
-        with self._write_lock():
+        with self._write_lock(wait):
             latest, head = self._roll_forward()
             write = Write(self, latest + 1)
             write.touched = latest != head  # the head must pass the write finished here
@@ -465,7 +480,7 @@ class HybridCollection:
                 self._finish(write)
 
     @contextmanager
-    def _write_lock(self) -> Iterator[None]:
+    def _write_lock(self, wait: float | None = None) -> Iterator[None]:
         """Be the only writer of the collection while the block runs (processes and threads).
 
         Embedded Chroma is not process-safe: two processes writing one folder at once
@@ -473,24 +488,48 @@ class HybridCollection:
         the folder (creating the folder), and anyone else waits for it; the operating
         system releases it when its holder exits or is killed, so a crash never leaves it
         stuck. Once the lock is held, this process's view of the folder is read afresh
-        (`ChromaCollection.reopen`), so the write builds on what other processes wrote. A
-        Chroma server orders concurrent writes itself: one writer per collection within
-        this process.
+        (`ChromaCollection.reopen`), so the write builds on what other processes wrote.
+
+        A Chroma server's clients share no folder: its writers hold a lease kept in the
+        server (`hyde_lc.store.lease`), one writer per collection across every client, and
+        within this process a lock per collection. ``wait`` is how long (seconds) to wait
+        for another writer (None: ``HYDE_LC_WRITE_WAIT``; for a store folder, 0 refuses at
+        once with `StoreBusyError` and anything else waits as long as it takes).
         """
         folder = self.chroma.folder
         if folder is not None:
             self.chroma.ensure_writable()
             folder.mkdir(parents=True, exist_ok=True)
-            with file_lock(folder / LOCK_FILE, waiting_note=f"{folder} is being written"):
+            note = f"{folder} is being written"
+            with ExitStack() as stack:
+                try:
+                    held = file_lock(folder / LOCK_FILE, waiting_note=note, wait=wait != 0)
+                    stack.enter_context(held)
+                except LockHeldError as exc:
+                    raise StoreBusyError(f"{folder} is being written by {exc.holder}") from exc
                 self.chroma.reopen()
                 yield
             return
+        key = f"{self.chroma.server}/{self.chroma.name}"
         with _PROCESS_LOCK:
-            lock = _SERVER_LOCKS.setdefault(
-                f"{self.chroma.server}/{self.chroma.name}", threading.RLock()
-            )
+            lock = _SERVER_LOCKS.setdefault(key, threading.RLock())
         with lock:
-            yield
+            if key in _LEASES:  # this thread's write, entered again
+                yield
+                return
+            lease = WriterLease(self.chroma.client(), self.chroma.name, str(self.chroma.server))
+            with lease.held(settings().write_wait if wait is None else wait):
+                _LEASES[key] = lease
+                try:
+                    yield
+                finally:
+                    del _LEASES[key]
+
+    def check_lease(self) -> None:
+        """Before a change: refuse if this process's writer lease may have been taken over."""
+        lease = _LEASES.get(f"{self.chroma.server}/{self.chroma.name}")
+        if lease is not None:
+            lease.check()
 
     def _roll_forward(self) -> tuple[int, int]:
         """``(last write's number, head)``, after finishing a write that was killed midway."""
@@ -534,6 +573,7 @@ class HybridCollection:
         if self.chroma_collection() is None:
             return
         if write.touched:
+            self.check_lease()
             self.chroma.set_head(write.seq)
             self.forget_snapshot()
             if write.seq % FEED_TRIM_EVERY == 0:
@@ -714,32 +754,37 @@ class HybridCollection:
         cursor = index.cursor()
         return cursor is not None and cursor >= snap.head
 
-    def _after_refresh(self, snap: Snapshot) -> None:
+    def _after_refresh(self, snap: Snapshot) -> bool:
         """On each state read: reopen a switched index; index what a killed writer left.
 
         The index holds every chunk of the collection (those of a write under way too),
         so its count must equal the collection's. A write marked under way while no
         writer holds the store's lock was killed: what it did is indexed now, as the
-        dense side already finds it. A count that still differs while no write is under
-        way means the collection was changed outside hyde_lc (a chunk added or deleted
-        by another program), and the index is rebuilt.
+        dense side already finds it (and on a Chroma server, where the writer's lease
+        tells, the write is finished: `finish_abandoned`; then True, and the state must
+        be read again). A count that still differs while no write is under way means the
+        collection was changed outside hyde_lc (a chunk added or deleted by another
+        program), and the index is rebuilt.
         """
+        gone = snap.writing is not None and self._abandoned(snap.head, marked=True)
+        if gone:
+            return self.finish_abandoned()
         if self.base is None:
-            return
+            return False
         rebuild = False
         with self._index_lock():  # a rebuild elsewhere may switch folders meanwhile
             index = self._open_index()
             if index is None:
-                return
+                return False
             index.reload()
             cursor = index.cursor()
             if cursor is None or cursor < snap.head:
-                return  # the search's catch-up comes next
+                return False  # the search's catch-up comes next
             differs = snap.count >= 0 and len(index) != snap.count
             if not differs and snap.writing is None:
-                return
+                return False
             if self._write_under_way(snap.head):
-                return  # its end moves the head, and readers catch up then
+                return False  # its end moves the head, and readers catch up then
             deleted, added = self.changes_since(cursor)
             if not self._apply(index, added, deleted):
                 rebuild = True
@@ -754,6 +799,7 @@ class HybridCollection:
                 rebuild = True
         if rebuild:
             self.rebuild()
+        return False
 
     def _apply(
         self,
@@ -772,19 +818,50 @@ class HybridCollection:
     def _write_under_way(self, head: int) -> bool:
         """Whether a write is under way.
 
-        In a store folder the writer's lock tells (a killed writer released it). A Chroma
-        server has no such lock: a write past ``head`` that has begun counts as under way
-        until it finishes, or until the next write finishes it if it was killed.
+        In a store folder the writer's lock tells, and for a Chroma server the writer's
+        lease (`hyde_lc.store.lease`): a killed writer's lock is released at once, its
+        lease counts until it is stale (``HYDE_LC_WRITER_LEASE`` seconds and a margin
+        for clocks).
         """
         folder = self.chroma.folder
         if folder is not None:
             return is_locked(folder / LOCK_FILE)
+        lease = read_lease(self.chroma.client(), self.chroma.name)
+        return lease is not None and not lease.stale()
+
+    def _abandoned(self, head: int, marked: bool) -> bool:
+        """Whether a server write past ``head`` (or ``marked``) has no writer left."""
+        if self.chroma.server is None or self._write_under_way(head):
+            return False
+        # No lease: the writer is gone, or has just finished (head moved, then lease given
+        # back). The state read again tells them apart.
+        fresh = self.chroma.fresh_metadata()
+        if head_of(fresh) != head:
+            return False
+        if marked:
+            return fresh.get(META_WRITING) is not None
         past = {SEQ: {"$gt": head}}
         collection = self.chroma_collection()
         if collection is not None and collection.get(where=past, limit=1, include=[])["ids"]:
             return True
         feed = self.feed(create=False)
         return feed is not None and bool(feed.get(where=past, limit=1, include=[])["ids"])
+
+    def finish_abandoned(self) -> bool:
+        """Finish a write whose writer is gone (killed, or lost the server); whether done.
+
+        The next writer would do it anyway (`writing` rolls a killed write forward): a
+        reader of a Chroma server that finds one does it at once, so that readers never
+        wait for another writer to see the collection whole. Nothing is done (False) if
+        another client is writing, or is finishing it already.
+        """
+        try:
+            with self.writing(wait=0):
+                pass
+        except StoreBusyError:
+            return False
+        logger.info("finished a write to %s whose writer is gone", self.chroma.name)
+        return True
 
     def _catch_up_locked(self, snap: Snapshot | None = None) -> bool:
         """Under the index lock: bring the index to the head; False if it must be rebuilt."""
@@ -929,10 +1006,17 @@ class HybridCollection:
         return result
 
     def _quiet_head(self) -> int | None:
-        """The head, or None while a write is under way (marked, or past the head)."""
+        """The head, or None while a write is under way (marked, or past the head).
+
+        A server write whose writer is gone is finished first (`finish_abandoned`).
+        """
         metadata = self.chroma.fresh_metadata()
         head = head_of(metadata)
-        if metadata.get(META_WRITING) is not None or self._write_under_way(head):
+        marked = metadata.get(META_WRITING) is not None
+        if self._abandoned(head, marked) and self.finish_abandoned():
+            metadata = self.chroma.fresh_metadata()
+            head, marked = head_of(metadata), metadata.get(META_WRITING) is not None
+        if marked or self._write_under_way(head):
             return None
         return head
 
@@ -987,6 +1071,25 @@ class HybridCollection:
         return head_of(self.chroma.fresh_metadata())
 
     # -- searching --------------------------------------------------------------------------
+
+    def lexical_note(self) -> str | None:
+        """What the last search's results say of the BM25 side (None: nothing to say).
+
+        Each client of a Chroma server keeps its own BM25 index, and takes another client's
+        write into it when that write ends (its head moves). While one is under way, the
+        chunks it has already made searchable are found by dense search only, and this
+        says so. A writer that is gone stops counting as under way once its lease runs
+        out, and the next search finishes its write.
+        """
+        snap = self._snapshot
+        if self.chroma.server is None or snap is None or snap.writing is None:
+            return None
+        if f"{self.chroma.server}/{self.chroma.name}" in _LEASES:
+            return None  # this process's own write: indexed as it goes
+        return (
+            "another client is writing this collection: the chunks its write has made "
+            "searchable so far are found by dense search only, until the write ends"
+        )
 
     def search(
         self, weights: Counter[str], k: int, where: Where = None, max_age: float | None = None

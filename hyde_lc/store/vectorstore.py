@@ -51,7 +51,7 @@ from hyde_lc.store.chroma_collection import (
     query_vectors,
     without_bookkeeping,
 )
-from hyde_lc.store.collection import HybridCollection, Where
+from hyde_lc.store.collection import HybridCollection, Where, feed_name
 from hyde_lc.store.location import StoreLocation, check_collection_name
 
 
@@ -303,12 +303,16 @@ class HydeChroma(Chroma):
         return without_bookkeeping(dict(got))
 
     def delete_collection(self) -> None:
-        """Delete the collection (and everything in it)."""
+        """Delete the collection (and everything in it, its change feed too)."""
         chroma = self.hybrid.chroma
         collection = chroma.existing()
         if collection is not None:
+            # The feed first: a collection made again under the name starts a feed of its own
+            if self.hybrid.feed(create=False) is not None:
+                chroma.client().delete_collection(feed_name(collection.name))
             chroma.client().delete_collection(collection.name)
         chroma.forget()
+        self.hybrid.forget_snapshot()
 
     def reset_collection(self) -> None:
         """Delete the collection; the next write creates it again, empty."""
