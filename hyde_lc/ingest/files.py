@@ -21,8 +21,10 @@ the command that ingests it into a multilingual collection
 (`hyde_lc.core.language.english_only_warning`); it is ingested all the same.
 
 Ids are derived from content: ingesting an unchanged file again changes nothing (and
-embeds nothing); a changed file's new version is written first and its old chunks
-removed after, so the collection never loses a document that was already searchable.
+embeds nothing); a changed file's new version is written first, out of searches, then
+searched instead of the old one in one metadata write, and the old chunks are removed
+after: the collection never loses a document that was already searchable, and no search
+finds both versions, even with the writer killed in between.
 
 Searches never see part of a document. A document of up to one Chroma write (5,461
 chunks embedded, about 4 MB of text at the default chunk size) is written in one call,
@@ -752,22 +754,55 @@ def _write_group(
     present = write.owner.chroma.present_ids(resumed) if resumed else set()
     missing = [[c for c in chunks if c.id not in present] for _, chunks in members]
     to_write = [c for chunks in missing for c in chunks]
+    # A replaced file's new version is written out of searches, then searched instead of
+    # the old one in one metadata write: a writer killed in between leaves one version
+    # searchable, never both. (Members are never pending before this.)
+    swapped = [plan for plan, _ in members if plan.stale_versions]
     try:
         if to_write:
-            _write(write, to_write, _embed(to_write, embeddings, settings.batch_size, bar))
+            vectors = _embed(to_write, embeddings, settings.batch_size, bar)
+            if swapped:  # only now: a failed embedding leaves the collection untouched
+                write.set_pending(add=[plan.version for plan in swapped])
+                for plan in swapped:
+                    plan.pending = True
+            _write(write, to_write, vectors)
     except IngestError:
+        _unmark(write, swapped)
         raise
     except NoSpaceError as exc:
+        _unmark(write, swapped)
         raise NoSpaceError(f"{_names(members)}: {exc}") from exc
     except Exception as exc:
+        _unmark(write, swapped)
         raise IngestError(_group_failed(members, exc)) from exc
-    _retire_group(write, [plan for plan, _ in members], limit)  # members are never pending
+    plans = [plan for plan, _ in members]
+    pending = [plan for plan in plans if plan.pending]
+    if pending:
+        stale = {version for plan in pending for version in plan.stale_versions}
+        write.set_pending(add=stale, remove=[plan.version for plan in pending])
+        for plan in pending:
+            plan.pending = False
+    _retire_group(write, plans, limit)
     results = []
     for (plan, _), written in zip(members, missing, strict=True):
         status: Status = "replaced" if plan.stale else "added"
         source = plan.source
         results.append(FileResult(source.source, status, plan.count, source.notes, len(written)))
     return results
+
+
+def _unmark(write: Write, plans: list[_Plan]) -> None:
+    """After a failed group write (undone): its new versions no longer pending."""
+    marked = [plan for plan in plans if plan.pending]
+    if not marked:
+        return
+    try:
+        write.set_pending(remove=[plan.version for plan in marked])
+    except Exception as exc:  # the rerun resumes a version left pending, like a kill would
+        logger.debug("could not clear the pending versions of a failed write: %s", exc)
+        return
+    for plan in marked:
+        plan.pending = False
 
 
 def _names(members: list[tuple[_Plan, list[Chunk]]]) -> str:
