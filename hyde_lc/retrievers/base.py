@@ -41,7 +41,8 @@ from pydantic import AfterValidator, ConfigDict
 
 from hyde_lc.core.checked import CheckedModel
 from hyde_lc.core.chunks import RetrievedChunk
-from hyde_lc.errors import InvalidSettingError
+from hyde_lc.errors import InvalidSettingError, StoreUnavailableError
+from hyde_lc.search.backend import SearchBackend
 from hyde_lc.search.feedback import Feedback
 from hyde_lc.search.hybrid import in_background
 
@@ -253,16 +254,39 @@ class DetailedRetriever(CheckedModel, BaseRetriever):
     ) -> Plan[HyDEResult]:
         """The retrieval of ``query`` under ``run_manager``, as a plan (`run_plan`)."""
 
+    def _store_backend(self) -> SearchBackend | None:
+        """The backend of the store this retriever searches (None: it searches none itself)."""
+        return None
+
+    def _server_lost(self, exc: Exception) -> Exception:
+        """``exc``, or the package's error naming the store's server when it is gone."""
+        backend = self._store_backend()
+        if isinstance(exc, StoreUnavailableError) or backend is None:
+            return exc
+        return backend.lost_server(exc, "ask again once it is back") or exc
+
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        return self._reported(run_plan(self._plan(query, run_manager, **kwargs)))
+        try:
+            return self._reported(run_plan(self._plan(query, run_manager, **kwargs)))
+        except Exception as exc:
+            lost = self._server_lost(exc)
+            if lost is exc:
+                raise
+            raise lost from exc
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        plan = self._plan(query, run_manager, **kwargs)  # type: ignore[arg-type]
-        return self._reported(await arun_plan(plan))
+        try:
+            plan = self._plan(query, run_manager, **kwargs)  # type: ignore[arg-type]
+            return self._reported(await arun_plan(plan))
+        except Exception as exc:
+            lost = self._server_lost(exc)
+            if lost is exc:
+                raise
+            raise lost from exc
 
     def _reported(self, result: HyDEResult) -> list[Document]:
         """``result``'s documents, after handing ``result`` to `retrieve_with_details`."""

@@ -340,6 +340,9 @@ class HyDERetriever(DetailedRetriever):
         """How the store is searched (`hyde_lc.search.backend.backend_for`)."""
         return self._search.backend
 
+    def _store_backend(self) -> SearchBackend | None:
+        return self.backend
+
     @property
     def lexical_search(self) -> Any:
         """The lexical side of the store in force (None: dense only)."""

@@ -685,6 +685,9 @@ class NeighborExpandingRetriever(DetailedRetriever):
             found,
         )
 
+    def _store_backend(self) -> SearchBackend | None:
+        return self._backend
+
     def _plan(
         self, query: str, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> Plan[HyDEResult]:
