@@ -257,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "writers_code_commit": commit,
             "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+            "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
             "command": " ".join(
                 [
                     sys.executable.rsplit("/", 1)[-1],
