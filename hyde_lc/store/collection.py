@@ -99,6 +99,9 @@ AUDIT_ENV = "HYDE_LC_AUDIT_INTERVAL"
 AUDIT_MAX_CHANGES = 20_000
 """An audit that finds more chunks changed than this rebuilds the index instead (the texts
 it would hold to apply them are bounded by this)."""
+CLOCK_SKEW_S = 60.0
+"""An audit time up to this far ahead of the clock is taken as a small skew between
+machines; further ahead, the time cannot be right and the audit is due."""
 CURRENT_FILE = "CURRENT"
 """In an index's base folder: the name of the index folder in use."""
 _PAGE = 1000
@@ -823,7 +826,7 @@ class HybridCollection:
         self._audit_check_at = now + min(interval, 60.0)  # the state file read at most this often
         index = self._index
         state = read_state(index.path) if index is not None else None
-        if state is None or time.time() - (state.audited_at or 0.0) < interval:
+        if state is None or not audit_due(state.audited_at, interval):
             return
         with _PROCESS_LOCK:
             if self._key in _AUDITING:
@@ -1069,6 +1072,24 @@ class HybridCollection:
             for id_, text, meta in zip(got["ids"], got["documents"] or [], metas, strict=True)
             if visible(meta, snap)
         ]
+
+
+def audit_due(audited_at: float | None, interval: float, now: float | None = None) -> bool:
+    """Whether an index last audited at ``audited_at`` (``time.time()``) is due again.
+
+    A time further ahead than `CLOCK_SKEW_S` (a clock set back, a state file from a machine
+    whose clock ran ahead) counts as due, and the audit records the time of now: otherwise
+    no audit would run until that time came.
+
+    Example:
+        >>> audit_due(1000.0, 600, now=1300.0), audit_due(1000.0, 600, now=1700.0)
+        (False, True)
+        >>> audit_due(1000.0 + 10 * 365 * 86400, 600, now=1000.0), audit_due(float("nan"), 600)
+        (True, True)
+
+    """
+    age = (time.time() if now is None else now) - (audited_at or 0.0)
+    return not -CLOCK_SKEW_S <= age < interval  # a time that is not a number is due too
 
 
 FEED_KEEP_WRITES = 10_000
