@@ -97,8 +97,12 @@ class CollectionBackend(ChromaBackend):
         return list(self.hybrid.dense_hits(vector, k, where, max_age=self.max_age)), {}
 
     def lexical_note(self) -> str | None:
-        """Nothing to say of the collection's own index (a lexical side brought may be stale)."""
-        return None if self.own_lexical else super().lexical_note()
+        """Why the last search was dense only, if it was; a lexical side brought may be stale.
+
+        The collection's own index is left out when it cannot be used (its disk full, its
+        folder not writable), and every result says so.
+        """
+        return self.hybrid.lexical_trouble if self.own_lexical else super().lexical_note()
 
     def lexical_hits(
         self, weights: Counter[str], k: int, where: Where = None

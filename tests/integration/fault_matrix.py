@@ -381,6 +381,23 @@ def readonly_store(ctx: Context) -> None:
 
 
 @setup
+def readonly_index(ctx: Context) -> None:
+    """A copy of the sample store whose BM25 index folder alone is read-only."""
+    scratch_store(ctx)
+    lexical = ctx.store / "hyde_lc_lexical"
+    paths = [lexical, *lexical.rglob("*")]
+    for path in paths:
+        path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+    def restore() -> None:
+        for path in paths:
+            path.chmod(path.stat().st_mode | stat.S_IWUSR)
+
+    ctx.cleanups.append(restore)
+    ctx.values["lexical"] = str(lexical)
+
+
+@setup
 def notes_file(ctx: Context) -> None:
     """A user's own notes file, the kind a mistyped --out could overwrite."""
     notes = ctx.tmp / "notes.txt"
