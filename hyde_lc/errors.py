@@ -101,6 +101,14 @@ class InvalidStoreSettingError(InvalidSettingError, StoreError):
     """
 
 
+class IndexNotWritableError(StoreError):
+    """The folder of a collection's BM25 index cannot be written (read-only, no permission).
+
+    The message names the folder and how to make it writable; nothing was deleted or
+    rebuilt (an index that can be read is not damaged).
+    """
+
+
 class StoreUnavailableError(StoreError):
     """The Chroma server stopped answering in the middle of a run (stopped, crashed)."""
 

@@ -191,6 +191,12 @@ def cmd_ask(args: argparse.Namespace) -> int:
         print(header)
         if result.query_note:
             print(f"Note: {shown_line(result.query_note)}")
+        lexical_note = next(
+            (d.metadata["lexical_note"] for d in result.documents if "lexical_note" in d.metadata),
+            None,
+        )
+        if lexical_note:
+            print(f"Note: {shown_line(str(lexical_note))}")
         if result.fallback:
             print(f"HyDE fell back to the plain query: {shown_line(result.fallback)}")
         for i, hypothesis in enumerate(result.hypotheses, start=1):

@@ -129,6 +129,31 @@ _MULTILINGUAL_MODELS = (
 """Substrings of multilingual model ids (lower case); they win over the English list."""
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+REPLACEMENT = "\ufffd"
+"""U+FFFD, the character that stands for one that could not be read."""
+
+
+def without_lone_surrogates(text: str) -> tuple[str, int]:
+    r"""``text`` with each lone surrogate replaced by U+FFFD; and how many there were.
+
+    A lone surrogate (``"\ud800"``: half of a UTF-16 pair, from a JSON escape without its
+    pair or a file name that is not UTF-8) is not a character: tokenizers, UTF-8 and
+    SQLite refuse it. A pair written as two code points is joined into its character.
+
+    Example:
+        >>> without_lone_surrogates("lens \ud800 prism")
+        ('lens \ufffd prism', 1)
+        >>> without_lone_surrogates("\ud83d\udca1 idea")
+        ('💡 idea', 0)
+
+    """
+    if text.isascii() or not _SURROGATE.search(text):
+        return text, 0
+    fixed = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return fixed, fixed.count(REPLACEMENT) - text.count(REPLACEMENT)
+
+
 def _sample(text: str, max_chars: int = SAMPLE_CHARS) -> str:
     """The text itself, or ten evenly spread slices of it totalling ``max_chars``."""
     if len(text) <= max_chars:

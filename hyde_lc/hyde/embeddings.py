@@ -84,7 +84,7 @@ class HyDEQueryEmbedding:
     weights: list[float] | None = None
     """The weights of [query, *hypotheses] in the mean (None: equal)."""
     query_note: str | None = None
-    """Set when the query was truncated."""
+    """Set when the query was cut, or lone surrogates in it replaced."""
 
 
 class HyDEEmbeddings(CheckedModel, Embeddings):

@@ -29,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -41,9 +42,12 @@ from langchain_core.prompts import BasePromptTemplate
 from langchain_core.runnables import RunnableConfig
 
 from hyde_lc.core.fusion import FUSION_MODES, Fused, concat_text, fuse_mean, similar_enough
+from hyde_lc.core.language import without_lone_surrogates
 from hyde_lc.errors import InvalidQueryError, InvalidSettingError
 from hyde_lc.hyde.hypotheses import ConfigErrors, Hypotheses, awrite_hypotheses, write_hypotheses
 from hyde_lc.hyde.prompts import DEFAULT_PROMPT, get_prompt
+
+logger = logging.getLogger(__name__)
 
 Fusion = Literal["mean", "concat", "rrf"]
 
@@ -69,14 +73,17 @@ the answer prompt stay well inside a 4,096-token local context window."""
 
 
 def clip_query(query: str, max_chars: int | None = MAX_QUERY_CHARS) -> tuple[str, str | None]:
-    """Check a query and cut it to ``max_chars``; returns the query and a note if it was cut.
+    r"""Check a query and cut it to ``max_chars``; returns the query and a note if it changed.
 
     Raises `InvalidQueryError` for an empty query, or for anything that is not a string
-    (saying what was given instead).
+    (saying what was given instead). Lone surrogates (not valid Unicode: models and
+    stores refuse them) are replaced with U+FFFD, said in the note and in a warning.
 
     Example:
         >>> clip_query("x" * 5000)[1]
         "query truncated from 5000 to 4000 characters to fit the models' context windows"
+        >>> clip_query("lens \ud800?")
+        ('lens \ufffd?', 'query held 1 lone surrogate (not valid Unicode), replaced with U+FFFD')
 
     """
     if not isinstance(query, str):
@@ -91,13 +98,21 @@ def clip_query(query: str, max_chars: int | None = MAX_QUERY_CHARS) -> tuple[str
         raise InvalidQueryError(
             f"the query is empty ({query!r}): pass the text of a question to search for"
         )
-    if max_chars is None or len(query) <= max_chars:
-        return query, None
-    note = (
-        f"query truncated from {len(query)} to {max_chars} characters to fit the models' "
-        "context windows"
-    )
-    return query[:max_chars], note
+    query, replaced = without_lone_surrogates(query)
+    notes = []
+    if replaced:
+        notes.append(
+            f"query held {replaced} lone surrogate{'s' if replaced > 1 else ''} (not valid "
+            "Unicode), replaced with U+FFFD"
+        )
+        logger.warning("%s", notes[0])
+    if max_chars is not None and len(query) > max_chars:
+        notes.append(
+            f"query truncated from {len(query)} to {max_chars} characters to fit the models' "
+            "context windows"
+        )
+        query = query[:max_chars]
+    return query, "; ".join(notes) or None
 
 
 # -- what the steps return ---------------------------------------------------------------

@@ -19,6 +19,8 @@ of their own. `ingest_documents` stores them as given, in the same hybrid collec
 
 Bad input fails before anything is written, with an `IngestError`: a metadata value
 Chroma cannot store (a dict, an empty list), or one id given to two different Documents.
+Lone surrogates (not valid Unicode) in a Document's text, metadata or id are replaced with
+U+FFFD, said in its source's notes and once in the log.
 
 Example:
     >>> from langchain_core.documents import Document
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +47,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from tqdm.auto import tqdm
 
+from hyde_lc.core.language import without_lone_surrogates
 from hyde_lc.errors import IngestError
 from hyde_lc.ingest.files import FileResult, IngestReport, Status, check_counts
 from hyde_lc.store.chroma_collection import SEQ, embedding_dimension
@@ -52,6 +56,8 @@ from hyde_lc.store.location import server_lost_as_error
 from hyde_lc.store.vectorstore import HydeChroma
 
 __all__ = ["document_chunk_id", "ingest_documents"]
+
+logger = logging.getLogger(__name__)
 
 NO_SOURCE = ""
 """The source reported for Documents without ``metadata["source"]`` (never replaced)."""
@@ -101,7 +107,8 @@ def ingest_documents(
     check_counts(batch_size=batch_size)
     chroma.ensure_writable()
     chroma.check_embeddings(embeddings)
-    groups = _by_source(list(documents))
+    replaced: dict[str, int] = {}
+    groups = _by_source(list(documents), replaced)
     if not groups:
         return IngestReport([])
     resume = "ingest the same Documents again: chunks already written are not embedded twice"
@@ -148,19 +155,35 @@ def ingest_documents(
             if queued >= size:
                 flush()
         flush()
+    for source, count in replaced.items():
+        results[source].notes.append(_replaced_note(count))
+    if replaced:
+        logger.warning(
+            "ingest_documents: %s (%s)", _replaced_note(sum(replaced.values())), _names(replaced)
+        )
     return IngestReport([results[source] for source in groups])
 
 
-def _by_source(documents: list[Document]) -> dict[str, dict[str, Document]]:
-    """Documents by source, then by id (given or derived), after checking each one."""
+def _by_source(
+    documents: list[Document], replaced: dict[str, int]
+) -> dict[str, dict[str, Document]]:
+    """Documents by source, then by id (given or derived), after checking each one.
+
+    Lone surrogates are replaced (`_valid_unicode`); ``replaced`` gets how many, by source.
+    """
     groups: dict[str, dict[str, Document]] = {}
     seen: dict[str, Document] = {}
-    for number, doc in enumerate(documents):
-        if not isinstance(doc, Document):
+    for number, given in enumerate(documents):
+        if not isinstance(given, Document):
             raise IngestError(
                 f"ingest_documents takes LangChain Documents; item {number} is a "
-                f"{type(doc).__name__}. Wrap texts as Document(text, metadata={{...}})"
+                f"{type(given).__name__}. Wrap texts as Document(text, metadata={{...}})"
             )
+        doc, count = _valid_unicode(given)
+        if count:
+            source = doc.metadata.get("source")
+            key = NO_SOURCE if source is None else str(source)
+            replaced[key] = replaced.get(key, 0) + count
         meta = dict(doc.metadata or {})
         _check_metadata(meta, number)
         page = meta.get("page")
@@ -182,6 +205,47 @@ def _by_source(documents: list[Document]) -> dict[str, dict[str, Document]]:
         key = NO_SOURCE if source is None else str(source)
         groups.setdefault(key, {})[id_] = stored
     return groups
+
+
+def _valid_unicode(doc: Document) -> tuple[Document, int]:
+    """``doc`` with lone surrogates in its text, metadata and id replaced by U+FFFD; how many.
+
+    A lone surrogate (a JSON escape without its pair, a file name that is not UTF-8) is
+    not valid Unicode: the embedding model's tokenizer, UTF-8 and Chroma refuse it.
+    """
+    count = 0
+
+    def clean(value: Any) -> Any:
+        nonlocal count
+        if isinstance(value, str):
+            value, found = without_lone_surrogates(value)
+            count += found
+        elif isinstance(value, list | tuple):
+            value = type(value)(clean(v) for v in value)
+        return value
+
+    text = clean(doc.page_content)
+    metadata = {clean(k): clean(v) for k, v in (doc.metadata or {}).items()}
+    id_ = clean(doc.id)
+    if not count:
+        return doc, 0
+    return Document(text, metadata=metadata, id=id_), count
+
+
+def _replaced_note(count: int) -> str:
+    """The note of a source whose Documents held ``count`` lone surrogates."""
+    plural = "s" if count > 1 else ""
+    return (
+        f"{count} lone surrogate{plural} (not valid Unicode) in the Documents' text or "
+        "metadata replaced with U+FFFD"
+    )
+
+
+def _names(sources: Iterable[str]) -> str:
+    """Up to three sources by name, and how many more."""
+    names = [source or "(no source)" for source in sources]
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return ", ".join(names[:3]) + more
 
 
 def _check_metadata(meta: dict[str, Any], number: int) -> None:

@@ -56,7 +56,7 @@ class HyDEResult:
     """Everything one retrieval produced, for inspection, evaluation and display."""
 
     query: str
-    """The query searched with (cut to ``max_query_chars`` if it was longer)."""
+    """The query searched with (cut to ``max_query_chars``, lone surrogates replaced)."""
     hypotheses: list[str]
     documents: list[Document]
     label: str
@@ -74,7 +74,8 @@ class HyDEResult:
     search_vectors: list[list[float]] = field(default_factory=list)
     """The vector(s) searched: one fused vector, or one per ranking for ``rrf``."""
     query_note: str | None = None
-    """Set when the query was truncated: from how many characters to how many."""
+    """Set when the query was changed: cut (from how many characters to how many), or
+    lone surrogates (not valid Unicode) replaced with U+FFFD."""
     hypotheses_dropped: int = 0
     """Hypotheses left out by ``min_hypothesis_similarity`` (adaptive HyDE)."""
     lexical: bool = False

@@ -42,7 +42,8 @@ bring one, or ``lexical="off"`` for dense only.
 search uses the query alone and every Document says so in ``metadata["hyde_fallback"]``.
 The query is data: it is placed in the prompt as-is, never interpreted. An empty query
 is refused (`InvalidQueryError`); one longer than ``max_query_chars`` is cut to that
-length and every Document says so in ``metadata["hyde_query_truncated"]``.
+length and every Document says so in ``metadata["hyde_query_truncated"]``, as it says
+that lone surrogates (not valid Unicode) were replaced with U+FFFD.
 
 Example:
     >>> from hyde_lc import HyDERetriever, load_llm, open_store

@@ -97,8 +97,15 @@ class CollectionBackend(ChromaBackend):
         return list(self.hybrid.dense_hits(vector, k, where, max_age=self.max_age)), {}
 
     def lexical_note(self) -> str | None:
-        """What the results say of the lexical side: its own index's note, or a brought one's."""
-        return self.hybrid.lexical_note() if self.own_lexical else super().lexical_note()
+        """What the results say of the lexical side, if anything; a brought one may be stale.
+
+        The collection's own index is left out when it cannot be used (its disk full, its
+        folder not writable), and every result says so; on a Chroma server, another
+        client's write under way is said too (`HybridCollection.lexical_note`).
+        """
+        if not self.own_lexical:
+            return super().lexical_note()
+        return self.hybrid.lexical_trouble or self.hybrid.lexical_note()
 
     def lexical_hits(
         self, weights: Counter[str], k: int, where: Where = None

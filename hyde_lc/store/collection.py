@@ -77,7 +77,12 @@ from langchain_core.embeddings import Embeddings
 
 from hyde_lc.core.locks import LockHeldError, file_lock, is_locked
 from hyde_lc.core.settings import settings
-from hyde_lc.errors import InvalidSettingError, StoreBusyError, StoreError
+from hyde_lc.errors import (
+    IndexNotWritableError,
+    InvalidSettingError,
+    StoreBusyError,
+    StoreError,
+)
 from hyde_lc.models.weights import cache_dir
 from hyde_lc.store import disk_space
 from hyde_lc.store.chroma_collection import (
@@ -93,8 +98,16 @@ from hyde_lc.store.chroma_collection import (
     user_metadata,
 )
 from hyde_lc.store.lease import WriterLease, read_lease
-from hyde_lc.store.lexical_index import LexicalIndex, chunk_digest, read_state
-from hyde_lc.store.location import LOCK_FILE
+from hyde_lc.store.lexical_index import (
+    LexicalIndex,
+    cannot_write,
+    check_index_folder,
+    chunk_digest,
+    dense_only_note,
+    index_not_writable,
+    read_state,
+)
+from hyde_lc.store.location import LEXICAL_FOLDER, LOCK_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -106,13 +119,14 @@ AUDIT_ENV = "HYDE_LC_AUDIT_INTERVAL"
 AUDIT_MAX_CHANGES = 20_000
 """An audit that finds more chunks changed than this rebuilds the index instead (the texts
 it would hold to apply them are bounded by this)."""
+CLOCK_SKEW_S = 60.0
+"""An audit time up to this far ahead of the clock is taken as a small skew between
+machines; further ahead, the time cannot be right and the audit is due."""
 CURRENT_FILE = "CURRENT"
 """In an index's base folder: the name of the index folder in use."""
 _PAGE = 1000
 Where = dict[str, Any] | None
 """A Chroma ``where`` filter (None: every chunk)."""
-LEXICAL_FOLDER = "hyde_lc_lexical"
-"""In an embedded store's folder: one lexical index per collection."""
 
 
 def refresh_interval() -> float:
@@ -180,6 +194,9 @@ class Write:
         """Whether the collection is created by this write (its index starts empty)."""
         self.index_failed = False
         """Whether the lexical index failed to take one of its changes (rebuilt at the end)."""
+        self.index_blocked: OSError | None = None
+        """Why the lexical index's folder could not take a change (full, read-only): the
+        write goes on, and its end catches the index up or says why it cannot."""
         self.touched = False
         """Whether the write changed anything (only then does the head move)."""
         self._chroma: Any = None
@@ -229,6 +246,7 @@ class Write:
         folder = self.owner.chroma.folder
         dimension = len(vectors[0]) if len(vectors) else 0
         disk_space.check_room(folder, len(ids), dimension, documents, stamped)
+        disk_space.check_index_room(self.owner.base, folder, documents, stamped)
         self._begin()
         self.owner.check_lease()
         ids = [str(i) for i in ids]
@@ -358,6 +376,9 @@ class HybridCollection:
         self._index_name: str | None = None
         self.released = False
         """Set when the store that owns this collection is let go (background work stops)."""
+        self.lexical_trouble: str | None = None
+        """Why the last `search` answered dense only (its index could not be brought up to
+        date, opened or written), to be said with its results; None when it did not."""
 
     @classmethod
     def of(cls, store: Any) -> HybridCollection:
@@ -430,7 +451,13 @@ class HybridCollection:
             if current is not None and time.monotonic() - current.read_at <= age:
                 return current
             fresh = self._read_snapshot()
-            if self._after_refresh(fresh):
+            try:
+                finished = self._after_refresh(fresh)
+            except OSError as exc:  # the lexical side's own catch-up meets it and says so
+                if not cannot_write(exc):
+                    raise
+                finished = False
+            if finished:
                 fresh = self._read_snapshot()  # a write whose writer was gone, finished
             self._snapshot = fresh
         self._audit_if_due()
@@ -471,13 +498,15 @@ class HybridCollection:
         up, or is built, if it was behind or missing).
         """
         with self._write_lock(wait):
+            self._check_index_writable()
             latest, head = self._roll_forward()
             write = Write(self, latest + 1)
             write.touched = latest != head  # the head must pass the write finished here
             try:
                 yield write
             finally:
-                self._finish(write)
+                with self._index_errors_said():
+                    self._finish(write)
 
     @contextmanager
     def _write_lock(self, wait: float | None = None) -> Iterator[None]:
@@ -585,7 +614,8 @@ class HybridCollection:
             if index is not None:
                 index.reload()  # another process may have caught it up meanwhile
             cursor = index.cursor() if index is not None else None
-            if write.index_failed or index is None or cursor is None or cursor < write.seq - 1:
+            behind = write.index_blocked is not None or cursor is None or cursor < write.seq - 1
+            if write.index_failed or index is None or behind:
                 rebuild = not self._catch_up_locked()
             else:
                 rebuild = False
@@ -602,14 +632,19 @@ class HybridCollection:
         Memory stays bounded (a large document's texts are never held whole); the write's
         end records its number.
         """
-        if self.base is None:
+        if self.base is None or write.index_blocked is not None:
             return
-        with self._index_lock():
-            index = self._open_index()
-            if index is None and write.new_collection:
-                index = self._start_empty_locked()
-            if index is not None and not write.index_failed:
-                write.index_failed = not self._apply(index, added, deleted)
+        try:
+            with self._index_lock():
+                index = self._open_index()
+                if index is None and write.new_collection:
+                    index = self._start_empty_locked()
+                if index is not None and not write.index_failed:
+                    write.index_failed = not self._apply(index, added, deleted)
+        except OSError as exc:
+            if not cannot_write(exc):
+                raise
+            write.index_blocked = exc
 
     def _start_empty_locked(self) -> LexicalIndex:
         """An empty index for a collection this write creates (nothing to read back)."""
@@ -706,6 +741,31 @@ class HybridCollection:
         with file_lock(self._lock_path()):
             yield
 
+    def _check_index_writable(self) -> None:
+        """Refuse a write now, before anything is written, if its index cannot follow it.
+
+        That is: the index folder (or its lock, or the folder it will be made in) cannot be
+        written, or it is on a device of its own without room (`check_index_folder`).
+        """
+        if self.base is not None:
+            index = self._current_name()
+            check_index_folder(self.base, self._lock_path(), index, self.chroma.folder)
+
+    @contextmanager
+    def _index_errors_said(self) -> Iterator[None]:
+        """At a write's end: an index that could not take it raised as the package's error.
+
+        The write's chunks are stored; the error names the index folder, why (no space on
+        its device, or no permission) and what to do; the next search or write catches the
+        index up once that is done.
+        """
+        try:
+            yield
+        except OSError as exc:
+            if self.base is None or not cannot_write(exc):
+                raise
+            raise index_not_writable(self.base, exc, stored=True) from exc
+
     def _current_name(self) -> str | None:
         base = self.base
         if base is None:
@@ -727,6 +787,8 @@ class HybridCollection:
             try:
                 self._index, self._index_name = LexicalIndex.open(self.base / name), name
             except (ValueError, OSError) as exc:  # tantivy: "Data corrupted", missing files
+                if cannot_write(exc):
+                    raise  # a full disk or a folder it may not write: not damaged
                 if name not in _DAMAGED:
                     _DAMAGED.add(name)
                     logger.warning("the lexical index %s is damaged (%s): rebuilding", name, exc)
@@ -807,10 +869,16 @@ class HybridCollection:
         added: Sequence[tuple[str, str, dict[str, Any]]],
         deleted: Sequence[str],
     ) -> bool:
-        """Apply changes; False if the index failed (damaged, e.g. by a kill mid-commit)."""
+        """Apply changes; False if the index failed (damaged, e.g. by a kill mid-commit).
+
+        A folder that cannot be written (full, read-only) raises its ``OSError``: the
+        index is as it was, and a rebuild would fail the same way.
+        """
         try:
             index.apply(added, deleted)
         except (ValueError, OSError) as exc:
+            if cannot_write(exc):
+                raise
             logger.warning("the lexical index failed to take a change (%s): rebuilding it", exc)
             return False
         return True
@@ -860,6 +928,9 @@ class HybridCollection:
                 pass
         except StoreBusyError:
             return False
+        except IndexNotWritableError as exc:  # the next writer finishes it then
+            logger.warning("%s", exc)
+            return False
         logger.info("finished a write to %s whose writer is gone", self.chroma.name)
         return True
 
@@ -900,7 +971,7 @@ class HybridCollection:
         self._audit_check_at = now + min(interval, 60.0)  # the state file read at most this often
         index = self._index
         state = read_state(index.path) if index is not None else None
-        if state is None or time.time() - (state.audited_at or 0.0) < interval:
+        if state is None or not audit_due(state.audited_at, interval):
             return
         with _PROCESS_LOCK:
             if self._key in _AUDITING:
@@ -1107,6 +1178,7 @@ class HybridCollection:
                 "a Chroma collection's search filter is a dict (Chroma's where syntax), "
                 f"not {type(where).__name__}"
             )
+        self.lexical_trouble = None
         try:
             index = self.sync(max_age)
             if index is None:
@@ -1123,6 +1195,7 @@ class HybridCollection:
                 index = self._open_index()
                 return [] if index is None else index.search(weights, k, where or None, hide)
         except OSError as exc:
+            self.lexical_trouble = dense_only_note(self.base, exc)
             if self._key not in _UNWRITABLE:
                 _UNWRITABLE.add(self._key)
                 logger.warning(
@@ -1172,6 +1245,24 @@ class HybridCollection:
             for id_, text, meta in zip(got["ids"], got["documents"] or [], metas, strict=True)
             if visible(meta, snap)
         ]
+
+
+def audit_due(audited_at: float | None, interval: float, now: float | None = None) -> bool:
+    """Whether an index last audited at ``audited_at`` (``time.time()``) is due again.
+
+    A time further ahead than `CLOCK_SKEW_S` (a clock set back, a state file from a machine
+    whose clock ran ahead) counts as due, and the audit records the time of now: otherwise
+    no audit would run until that time came.
+
+    Example:
+        >>> audit_due(1000.0, 600, now=1300.0), audit_due(1000.0, 600, now=1700.0)
+        (False, True)
+        >>> audit_due(1000.0 + 10 * 365 * 86400, 600, now=1000.0), audit_due(float("nan"), 600)
+        (True, True)
+
+    """
+    age = (time.time() if now is None else now) - (audited_at or 0.0)
+    return not -CLOCK_SKEW_S <= age < interval  # a time that is not a number is due too
 
 
 FEED_KEEP_WRITES = 10_000

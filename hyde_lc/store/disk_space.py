@@ -10,6 +10,8 @@ collection (`hyde_lc.store.collection.Write`):
   it may need (`check_room`, an estimate about twice what Chroma and the lexical index
   take for it), so that a full disk rarely meets a write half-way: Chroma writes its
   vector index files in place and a write cut short there can damage them;
+* is refused too when the device holding the collection's BM25 index, if it is another
+  one, has less free space than the index may need (`check_index_room`);
 * is cancelled when its Chroma call fails anyway: a second, small call deletes the
   records the failed one would have created and writes back those it would have
   replaced. Chroma logs that call after the failed one, so whenever the log is applied
@@ -37,6 +39,9 @@ from hyde_lc.errors import StoreError
 
 MARGIN_BYTES = 1024 * 1024
 """Room asked on top of every write's estimate (journals, the lexical index's merges)."""
+INDEX_MARGIN_BYTES = 128 * 1024
+"""Room asked of a BM25 index's own device on top of a write's estimate: a commit writes
+about a dozen small files, each taking at least a block."""
 LOW_SPACE_BYTES = 64 * 1024 * 1024
 """Below this much free space, a failure of Chroma to apply a write is put down to it."""
 _FULL_WORDS = ("no space left", "database or disk is full", "disk full", "quota exceeded")
@@ -60,6 +65,34 @@ def space_needed(records: int, dimension: int, text_bytes: int, metadata_bytes: 
     return 2 * each + MARGIN_BYTES
 
 
+def index_space_needed(text_bytes: int, metadata_bytes: int) -> int:
+    """Bytes of free space a write asks of the device holding a BM25 index (an upper estimate).
+
+    The index holds each chunk's terms, id and filterable metadata: less than its text.
+
+    Example:
+        >>> index_space_needed(text_bytes=100_000, metadata_bytes=50_000)
+        431072
+
+    """
+    return 2 * (text_bytes + metadata_bytes) + INDEX_MARGIN_BYTES
+
+
+def nearest_existing(folder: Path) -> Path:
+    """``folder``, or its nearest ancestor that exists."""
+    return next((p for p in (folder, *folder.parents) if p.exists()), folder)
+
+
+def same_device(folder: Path, other: Path | None) -> bool:
+    """Whether ``folder`` and ``other`` (or where they would be made) are on one device."""
+    if other is None:
+        return False
+    try:
+        return os.stat(nearest_existing(folder)).st_dev == os.stat(nearest_existing(other)).st_dev
+    except OSError:
+        return False
+
+
 def free_bytes(folder: Path) -> int | None:
     """Free space on the device holding ``folder`` for this user (None if unknown)."""
     for path in (folder, *folder.parents):
@@ -79,26 +112,34 @@ def _size(count: float) -> str:
     raise AssertionError("unreachable")
 
 
+def no_space_text(
+    folder: Path, free: int | None, detail: str = "", need: int | None = None, what: str = ""
+) -> str:
+    """``no space left on the device holding <what><folder> (<free>, <need>); <detail>``."""
+    room = [f"{_size(free)} free"] if free is not None else []
+    if need is not None:
+        room.append(f"this write needs about {_size(need)}")
+    text = f"no space left on the device holding {what}{folder}"
+    if room:
+        text += f" ({', '.join(room)})"
+    return f"{text}; {detail}" if detail else text
+
+
 def no_space_message(
     folder: Path,
     free: int | None,
     detail: str = "",
     undone: bool | None = True,
     need: int | None = None,
+    what: str = "",
 ) -> str:
     """The message for a write refused or failed for lack of space on ``folder``'s device.
 
     ``undone``: True when the write left the collection as before, False when it could
     not be undone, None when not known (a failure outside the write's own Chroma call).
+    ``what`` names what ``folder`` is (``"the BM25 index "``), if not the store.
     """
-    room = [f"{_size(free)} free"] if free is not None else []
-    if need is not None:
-        room.append(f"this write needs about {_size(need)}")
-    text = f"no space left on the device holding {folder}"
-    if room:
-        text += f" ({', '.join(room)})"
-    if detail:
-        text += f"; {detail}"
+    text = no_space_text(folder, free, detail, need, what)
     fix = f"{text}. Free space there, then run the same command again"
     if undone:
         return f"{fix}; the collection is as before."
@@ -123,10 +164,35 @@ def check_room(
     """
     if folder is None or not records:
         return
-    text_bytes = sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
-    metadata_bytes = sum(len(repr(meta or {})) for meta in metadatas)
+    text_bytes, metadata_bytes = _sizes(texts, metadatas)
     need = space_needed(records, dimension, text_bytes, metadata_bytes)
     check_free(folder, need)
+
+
+def check_index_room(
+    index_folder: Path | None,
+    store_folder: Path | None,
+    texts: Sequence[str] = (),
+    metadatas: Sequence[dict[str, Any] | None] = (),
+) -> None:
+    """Refuse a write the device holding a BM25 index folder has no room for.
+
+    Checked only when that device is not the store's own (`check_room` counts the index
+    there); without ``texts``, for `INDEX_MARGIN_BYTES`. The message names the index
+    folder and the space free on its device.
+    """
+    if index_folder is None or same_device(index_folder, store_folder):
+        return
+    need = index_space_needed(*_sizes(texts, metadatas))
+    free = free_bytes(index_folder)
+    if free is not None and free < need:
+        raise NoSpaceError(no_space_message(index_folder, free, need=need, what="the BM25 index "))
+
+
+def _sizes(texts: Sequence[str], metadatas: Sequence[dict[str, Any] | None]) -> tuple[int, int]:
+    """Bytes of the texts (as UTF-8) and of the metadata (as written out)."""
+    text_bytes = sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
+    return text_bytes, sum(len(repr(meta or {})) for meta in metadatas)
 
 
 def check_free(folder: Path | None, need: int) -> None:

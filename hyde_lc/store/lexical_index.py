@@ -18,6 +18,10 @@ the vectors and searched by `HyDERetriever` next to them.
   measurement. A hyde_lc collection's index is kept current at write time by
   `hyde_lc.store.collection`, which records how far along the collection's change feed
   it is (its *cursor*).
+* An index folder that cannot be written (its disk full, or read-only) is not damaged:
+  tantivy's failures naming an operating system error are raised as that ``OSError``
+  (`cannot_write` tells them apart), a write is refused before it starts naming the
+  folder and the fix (`check_index_folder`), and the index is never rebuilt for it.
 * `lexical_query` builds the query: the question's terms weighted ``query_weight`` times
   each, plus the hypotheses' terms (query2doc, Wang et al. 2023), so HyDE feeds both
   sides of a hybrid search.
@@ -36,6 +40,7 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -43,15 +48,23 @@ import os
 import re
 import threading
 import time
+import traceback
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from contextlib import suppress
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from hyde_lc.errors import InvalidSettingError, MissingDependencyError
+from hyde_lc.errors import (
+    IndexNotWritableError,
+    InvalidSettingError,
+    MissingDependencyError,
+    StoreError,
+)
+from hyde_lc.store import disk_space
+from hyde_lc.store.disk_space import NoSpaceError, free_bytes, nearest_existing, no_space_text
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +89,40 @@ DEFAULT_QUERY_REPEATS = 5
 """The question's weight against one hypothesis in the lexical query (query2doc's 5)."""
 FORMAT = 4
 """Version of the on-disk layout; another version is rebuilt, never misread."""
+CANNOT_WRITE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS})
+"""Error numbers that say an index folder cannot be written now (its disk is full, or it is
+read-only): the index is not damaged, and rebuilding it would fail the same way."""
+_OS_ERROR = re.compile(r"os error (\d+)|Os \{ code: (\d+)")
+"""How tantivy names the operating system's error in its own (a ``ValueError``)."""
+
+
+def cannot_write(exc: BaseException) -> bool:
+    """Whether ``exc`` says an index folder cannot be written (`CANNOT_WRITE`).
+
+    Example:
+        >>> cannot_write(OSError(errno.ENOSPC, "No space left on device")), cannot_write(OSError())
+        (True, False)
+
+    """
+    return isinstance(exc, OSError) and exc.errno in CANNOT_WRITE
+
+
+@contextmanager
+def _os_errors(path: Path | None) -> Iterator[None]:
+    """Raise tantivy's failures of a file operation as the `OSError` they report.
+
+    Tantivy raises ``ValueError`` for everything; one naming an operating system error
+    (``No space left on device (os error 28)``) becomes that ``OSError``, for ``path``.
+    Other failures (a damaged segment) pass through as they are.
+    """
+    try:
+        yield
+    except ValueError as exc:
+        found = _OS_ERROR.search(str(exc))
+        if found is None or path is None:
+            raise
+        code = int(found.group(1) or found.group(2))
+        raise OSError(code, os.strerror(code), str(path)) from exc
 
 
 @lru_cache(maxsize=1)
@@ -222,7 +269,8 @@ class LexicalIndex:
         self._schema = builder.build()
         if path is not None:
             path.mkdir(parents=True, exist_ok=True)
-        self._index = tantivy.Index(self._schema, path=None if path is None else str(path))
+        with _os_errors(path):
+            self._index = tantivy.Index(self._schema, path=None if path is None else str(path))
         self._lock = threading.Lock()
         self._cursor: int | None = None
         self._read_cursor()
@@ -260,8 +308,12 @@ class LexicalIndex:
         added: Iterable[tuple[str, str] | tuple[str, str, dict[str, Any]]],
         deleted: Iterable[str],
     ) -> None:
-        """Remove ``deleted`` ids, then index ``added`` chunks, in one commit."""
-        with self._lock:
+        """Remove ``deleted`` ids, then index ``added`` chunks, in one commit.
+
+        A folder that cannot be written (`cannot_write`) raises the ``OSError``, with the
+        index as it was.
+        """
+        with self._lock, _os_errors(self.path):
             writer = self._writer()
             try:
                 for chunk_id in deleted:
@@ -270,11 +322,13 @@ class LexicalIndex:
                     writer.delete_documents_by_term("id", chunk[0])
                     writer.add_document(self._document(chunk))
                 self._commit(writer)
-            except BaseException:
-                # Let go of tantivy's writer lock at once (a traceback would keep it held).
+            except BaseException as exc:
+                # Let go of tantivy's writer lock at once: the traceback, kept by whoever
+                # keeps the error, holds the writer in the frames it went through.
                 with suppress(Exception):
                     writer.rollback()
                 del writer
+                traceback.clear_frames(exc.__traceback__)
                 raise
 
     def _document(self, chunk: tuple[str, str] | tuple[str, str, dict[str, Any]]) -> Any:
@@ -291,7 +345,7 @@ class LexicalIndex:
 
     def clear(self) -> None:
         """Remove every chunk and commit."""
-        with self._lock:
+        with self._lock, _os_errors(self.path):
             writer = self._writer()
             writer.delete_all_documents()
             self._commit(writer)
@@ -482,6 +536,80 @@ class LexicalIndex:
         As of this object's last `mark` or `reload`: a search reads no file for it.
         """
         return self._cursor
+
+
+def check_index_folder(
+    base: Path, lock: Path, index: str | None, store_folder: Path | None = None
+) -> None:
+    """Refuse a write whose index folder ``base`` cannot take it, before it starts.
+
+    Raises `IndexNotWritableError` when the folder (or the lock file ``lock``, the index
+    in use ``index``, its tantivy locks, or the folder they will be made in) cannot be
+    written, and `NoSpaceError` when the index has a device of its own (not
+    ``store_folder``'s) without room (`disk_space.check_index_room`).
+    """
+    places = [lock if lock.exists() else lock.parent, base]
+    if index:
+        places += [base / index, *sorted((base / index).glob(".tantivy-*.lock"))]
+    for place in places:
+        path = nearest_existing(place)
+        if not os.access(path, os.W_OK):
+            denied = OSError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+            raise index_not_writable(base, denied)
+    disk_space.check_index_room(base, store_folder)
+
+
+def index_not_writable(base: Path, exc: OSError, stored: bool = False) -> StoreError:
+    """The error for a write whose BM25 index folder ``base`` cannot take it (``exc``).
+
+    ``stored``: the write's chunks are in the collection already (the index is behind
+    them until the cause is fixed); otherwise nothing was written.
+    """
+    reason = exc.strerror or str(exc)
+    if exc.filename and str(exc.filename) != str(base):
+        reason = f"{exc.filename}: {reason}"
+    if stored:
+        after = (
+            ": the chunks written are stored, and searches find them by their vectors only "
+            "until the index takes them. {fix}; the next search or write brings the index "
+            "up to date."
+        )
+    else:
+        after = ". {fix}, then run the same command again; the collection is as before."
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        free = free_bytes(base)
+        detail = f"{type(exc).__name__}: {exc}" if stored else ""
+        text = no_space_text(base, free, detail, what="the BM25 index ")
+        return NoSpaceError(text + after.format(fix="Free space there"))
+    read_only = False
+    with suppress(OSError):
+        read_only = bool(os.statvfs(nearest_existing(base)).f_flag & os.ST_RDONLY)
+    fix = (
+        "Mount it read-write"
+        if read_only
+        else f"Make it writable (chmod -R u+w {base.parent}: the indexes and their locks)"
+    )
+    if read_only:
+        reason = f"{reason}; a read-only file system"
+    return IndexNotWritableError(
+        f"the BM25 index folder {base} cannot be written ({reason}), and every write to "
+        "the collection updates it" + after.format(fix=fix)
+    )
+
+
+def dense_only_note(base: Path | None, exc: OSError) -> str:
+    """What a search says when its BM25 side could not be used (``exc``): dense only, and why."""
+    fix = (
+        "free space there"
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        else "make it writable"
+        if cannot_write(exc)
+        else "see the log"
+    )
+    return (
+        f"searched dense only: the BM25 index at {base} could not be brought up to date "
+        f"({exc.strerror or exc}); {fix}, and the next search catches it up"
+    )
 
 
 def _unsupported(where: Any, what: str) -> InvalidSettingError:

@@ -66,6 +66,8 @@ _NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]{1,510}[a-zA-Z0-9]")
 
 LOCK_FILE = "hyde_lc.lock"
 """In an embedded store's folder: locked (``flock``) by whichever process is writing it."""
+LEXICAL_FOLDER = "hyde_lc_lexical"
+"""In an embedded store's folder: one lexical index per collection."""
 
 
 def _timeout_from(value: float | str | None) -> float:
@@ -258,7 +260,13 @@ def _is_read_only(folder: Path) -> bool:
     sqlite = folder / SQLITE_FILE
     if not sqlite.is_file():
         return False
-    places = [folder, sqlite, *(p for p in folder.iterdir() if p.is_dir())]
+    # Chroma's own folders; the BM25 indexes' folder is not Chroma's (`HybridCollection`
+    # says when it cannot be written).
+    places = [
+        folder,
+        sqlite,
+        *(p for p in folder.iterdir() if p.is_dir() and p.name != LEXICAL_FOLDER),
+    ]
     return not all(os.access(p, os.W_OK) for p in places)
 
 

@@ -366,6 +366,34 @@ def damaged_cached_gguf(ctx: Context) -> None:
 
 
 @setup
+def gguf_changed_with_its_time_put_back(ctx: Context) -> None:
+    """The damaged cached GGUF above, with a verification record that matches its stamp
+    (size, time, inode) and says its last full check was two days ago: bytes changed in
+    place with the file's time put back look like that."""
+    from hyde_lc.models.weights import LOCAL_LLM_WEIGHTS
+
+    damaged_cached_gguf(ctx)
+    script = (
+        "import json, sys, time\n"
+        "from pathlib import Path\n"
+        "from hyde_lc.models import weights\n"
+        "path = Path(sys.argv[1])\n"
+        "weights._write_record(path, sys.argv[2])\n"
+        "record = weights._record_path(path)\n"
+        "kept = json.loads(record.read_text())\n"
+        "record.write_text(json.dumps({**kept, 'checked_at': time.time() - 2 * 86400}))\n"
+    )
+    sha256 = LOCAL_LLM_WEIGHTS["qwen2.5-coder-0.5b"].sha256  # type: ignore[union-attr]
+    subprocess.run(
+        [sys.executable, "-c", script, ctx.values["gguf"], sha256],
+        env=ctx.env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+
+
+@setup
 def readonly_store(ctx: Context) -> None:
     """A copy of the sample store with every file and folder read-only."""
     scratch_store(ctx)
@@ -378,6 +406,23 @@ def readonly_store(ctx: Context) -> None:
             path.chmod(path.stat().st_mode | stat.S_IWUSR)
 
     ctx.cleanups.append(restore)
+
+
+@setup
+def readonly_index(ctx: Context) -> None:
+    """A copy of the sample store whose BM25 index folder alone is read-only."""
+    scratch_store(ctx)
+    lexical = ctx.store / "hyde_lc_lexical"
+    paths = [lexical, *lexical.rglob("*")]
+    for path in paths:
+        path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+    def restore() -> None:
+        for path in paths:
+            path.chmod(path.stat().st_mode | stat.S_IWUSR)
+
+    ctx.cleanups.append(restore)
+    ctx.values["lexical"] = str(lexical)
 
 
 @setup

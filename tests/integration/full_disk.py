@@ -11,6 +11,14 @@ Chroma client: Chroma applies whatever it had logged) and ingests the document a
 It prints one JSON object with what it saw. ``--no-room-check`` turns off the check
 that refuses a write before it starts, so that the write meets the full disk in
 Chroma's own call (the undo path).
+
+    python -m tests.integration.full_disk index STORE
+
+runs the other situation: ``STORE/hyde_lc_lexical`` is a small filesystem of its own
+(the store itself on a roomy one). It builds a store of five small files (fake
+embeddings), fills the index's filesystem, ingests one more file (refused by the check),
+again with the index's check turned off (the write meets the full disk in the index),
+searches while the disk is full, frees it and searches again.
 """
 
 from __future__ import annotations
@@ -83,7 +91,69 @@ def _no_room_check() -> None:
     ingest.check_free = nothing  # type: ignore[attr-defined]
 
 
+def _ingest(paths: list[Path], store: object) -> str | None:
+    """Ingest ``paths``; None, or the error it raised as ``Type: message``."""
+    from hyde_lc import ingest_paths
+
+    try:
+        ingest_paths(paths, store, progress=False)  # type: ignore[arg-type]
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _search(store: object, query: str) -> dict:
+    """A hybrid search's hits as ``(file name, found by, lexical note)``, or its error."""
+    from hyde_lc import HyDERetriever
+
+    try:
+        docs = HyDERetriever(vectorstore=store, k=6).invoke(query)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}", "hits": []}
+    hits = [
+        (d.metadata.get("file_name"), d.metadata.get("found_by"), d.metadata.get("lexical_note"))
+        for d in docs
+    ]
+    return {"error": None, "hits": hits}
+
+
+def index_main(store_dir: Path) -> int:
+    """The BM25 index's folder on a full filesystem of its own (see the module docstring)."""
+    os.environ["HYDE_LC_REFRESH_INTERVAL"] = "0"  # each search reads the collection's state
+    from hyde_lc import open_store
+    from hyde_lc.store import disk_space
+    from hyde_lc.store.location import LEXICAL_FOLDER
+    from tests.fakes import FakeEmbeddings, write_files
+
+    embeddings = FakeEmbeddings(size=32)
+    files = Path(tempfile.mkdtemp(prefix="hyde-lc-full-index-"))
+    docs = write_files(files / "docs")
+    tide = write_files(files / "new", {"tide.txt": f"Tide tables told when the {WORD} came."})
+
+    def count() -> int:
+        return open_store(store_dir, embeddings=embeddings).existing_collection().count()
+
+    assert _ingest([docs], open_store(store_dir, embeddings=embeddings)) is None
+    filler = fill(store_dir / LEXICAL_FOLDER, 0)
+    out: dict = {"counts": [count()]}
+    out["refused"] = _ingest([tide], open_store(store_dir, embeddings=embeddings))
+    out["counts"].append(count())
+    check = getattr(disk_space, "check_index_room", None)  # None: a version without it
+    disk_space.check_index_room = lambda *args, **kwargs: None  # type: ignore[attr-defined]
+    out["failed"] = _ingest([tide], open_store(store_dir, embeddings=embeddings))
+    if check is not None:
+        disk_space.check_index_room = check  # type: ignore[attr-defined]
+    out["counts"].append(count())
+    out["while_full"] = _search(open_store(store_dir, embeddings=embeddings), WORD)
+    filler.unlink()
+    out["after_freeing"] = _search(open_store(store_dir, embeddings=embeddings), WORD)
+    print(json.dumps(out))
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[0] == "index":
+        return index_main(Path(argv[1]))
     folder, seed, free_kb = Path(argv[0]), Path(argv[1]), int(argv[2])
     if "--no-room-check" in argv:
         _no_room_check()

@@ -407,6 +407,36 @@ def test_a_read_only_store_can_be_searched_but_not_written(tmp_path):
     assert folder_digest(store) == before
 
 
+def test_a_read_only_index_folder_is_named_kept_and_searched_around(tmp_path):
+    """Only the BM25 index folder read-only: a write is refused naming it and the fix,
+    the index is never called damaged nor rebuilt, and searches answer dense only, saying
+    so in every result."""
+    prefix = without_root_powers()
+    paths = write_corpus(tmp_path / "docs", ["keeper.md", "later.md"], sentences=11)
+    store = tmp_path / "store"
+    finish(cli_ingest(store, paths[:1]))
+    (lexical,) = [p for p in (store / "hyde_lc_lexical").iterdir() if p.is_dir()]  # the index's
+    before, index_before = contents(store), folder_digest(lexical)
+    ask = ["ask", "lantern prism", "--mode", "standard", "--no-answer", "--store", str(store)]
+    subprocess.run(["chmod", "-R", "a-w", str(lexical)], check=True)
+    try:
+        refused = run_cli(["ingest", str(paths[1]), "--store", str(store)], prefix)
+        asked = run_cli([*ask, "--json"], prefix)
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(lexical)], check=True)
+    assert refused.returncode == 2, refused.stderr
+    assert "error: the BM25 index folder " in refused.stderr
+    assert f"chmod -R u+w {lexical.parent}" in refused.stderr
+    assert "the collection is as before" in refused.stderr
+    assert "damaged" not in refused.stderr and "PermissionError" not in refused.stderr
+    assert asked.returncode == 0, asked.stderr
+    assert "damaged" not in asked.stderr
+    found = json.loads(asked.stdout)["documents"]
+    assert found and all("searched dense only" in d["lexical_note"] for d in found)
+    assert contents(store) == before
+    assert folder_digest(lexical) == index_before  # nothing rebuilt, nothing deleted
+
+
 def test_an_unreadable_sub_folder_is_reported(tmp_path):
     prefix = without_root_powers()
     docs = tmp_path / "docs"

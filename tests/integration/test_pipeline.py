@@ -3,11 +3,13 @@
 import shutil
 
 import pytest
+from langchain_core.documents import Document
 
 from hyde_lc import (
     HyDERetriever,
     build_answer_chain,
     collection_info,
+    ingest_documents,
     ingest_paths,
     load_embeddings,
     load_llm,
@@ -110,3 +112,41 @@ def test_mismatched_embeddings_refused_and_store_untouched(store_dir, monkeypatc
     with pytest.raises(EmbeddingMismatchError, match=r"local:minilm.*text-embedding-3-small"):
         open_store(store_dir, embeddings=load_embeddings("openai:text-embedding-3-small"))
     assert tree_digest(store_dir) == digest
+
+
+def test_a_lone_surrogate_in_the_query_is_replaced_and_said(store_dir, caplog):
+    """Through the Python API (the CLI refuses one): the real tokenizer refused it before."""
+    retriever = HyDERetriever(vectorstore=open_store(store_dir), n_hypotheses=0, k=3)
+    with caplog.at_level("WARNING", logger="hyde_lc"):
+        result = retriever.retrieve_with_details("Who designed the Pharos \ud800 of Alexandria?")
+    assert result.query == "Who designed the Pharos \ufffd of Alexandria?"
+    assert result.query_note == (
+        "query held 1 lone surrogate (not valid Unicode), replaced with U+FFFD"
+    )
+    assert "1" in [d.metadata["page_label"] for d in result.documents]
+    assert all(d.metadata["hyde_query_truncated"] == result.query_note for d in result.documents)
+    warned = [r for r in caplog.records if "lone surrogate" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].levelname == "WARNING"
+    docs = retriever.invoke("lens \udcff prism")  # LangChain's own entry point
+    assert docs and "lone surrogate" in docs[0].metadata["hyde_query_truncated"]
+
+
+def test_a_document_with_a_lone_surrogate_is_ingested_with_a_note(tmp_path, caplog):
+    store = open_store(tmp_path / "store", embeddings=load_embeddings(default_embedding_id()))
+    doc = Document(
+        "Fog horns \ud800 warned ships off the reef.", metadata={"source": "fog\udcff.txt"}
+    )
+    with caplog.at_level("WARNING", logger="hyde_lc"):
+        report = ingest_documents([doc], store)
+    (result,) = report.files
+    assert (result.source, result.status, result.chunks) == ("fog\ufffd.txt", "added", 1)
+    assert result.notes == [
+        "2 lone surrogates (not valid Unicode) in the Documents' text or metadata replaced "
+        "with U+FFFD"
+    ]
+    assert any("lone surrogates" in r.getMessage() for r in caplog.records)
+    (found,) = HyDERetriever(vectorstore=store, n_hypotheses=0, k=1).invoke("fog horns")
+    assert found.page_content == "Fog horns \ufffd warned ships off the reef."
+    assert found.metadata["source"] == "fog\ufffd.txt"
+    again = ingest_documents([doc], store)  # the same Documents: the same chunk, kept
+    assert [f.status for f in again.files] == ["unchanged"]

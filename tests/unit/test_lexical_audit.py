@@ -1,5 +1,6 @@
 """The audit: changes made outside hyde_lc that keep the chunk count reach the lexical side."""
 
+import json
 import logging
 import time
 
@@ -10,7 +11,7 @@ from hyde_lc.errors import InvalidSettingError
 from hyde_lc.ingest.files import ingest_paths
 from hyde_lc.search.lexical import lexical_search_for
 from hyde_lc.store.collection import AUDIT_ENV, HybridCollection, audit_interval
-from hyde_lc.store.lexical_index import lexical_query, read_state
+from hyde_lc.store.lexical_index import LexicalIndex, lexical_query, read_state
 from hyde_lc.store.vectorstore import open_store
 from tests.fakes import FIVE_FILES, FakeEmbeddings, recorded_threads, write_files
 
@@ -174,3 +175,47 @@ def test_a_bad_audit_interval_names_the_variable(monkeypatch, raw):
     monkeypatch.setenv(AUDIT_ENV, raw)
     with pytest.raises(InvalidSettingError, match=AUDIT_ENV):
         audit_interval()
+
+
+def _set_audited_at(path, when: float) -> None:
+    """Write ``when`` as the last audit's time into the index's state file."""
+    state_file = path / LexicalIndex.STATE_FILE
+    state = json.loads(state_file.read_text(encoding="utf-8"))
+    state["audited_at"] = when
+    state_file.write_text(json.dumps(state), encoding="utf-8")
+
+
+def test_an_audit_time_in_the_future_counts_as_due(store, monkeypatch):
+    """A clock set back (or a state file copied from a machine ahead) must not stop audits."""
+    found(store, "fog")
+    path = HybridCollection.of(store)._index.path
+    ten_years = 10 * 365 * 24 * 3600.0
+    _set_audited_at(path, time.time() + ten_years)
+    swap_one(store, raw_collection(store))
+    monkeypatch.setenv(AUDIT_ENV, "1")
+    monkeypatch.setenv("HYDE_LC_REFRESH_INTERVAL", "0")
+    made = recorded_threads(monkeypatch)
+    fresh = open_store(store.location.path, embeddings=store.embeddings)
+    found(fresh, "fog")  # the state is read, and the audit is due
+    started = [t for t in made if t.name == "hyde_lc-audit"]
+    assert started, "an audit time ten years ahead kept the audit from running"
+    for thread in started:
+        thread.join()
+    assert found(fresh, "tenders supplies") == {"outsider.txt"}
+    audited = read_state(path).audited_at
+    assert audited is not None and audited <= time.time()  # rewritten with now
+
+
+def test_a_small_clock_skew_is_not_an_audit_time_in_the_future(store, monkeypatch):
+    """Another machine's clock a few seconds ahead does not make every search audit."""
+    found(store, "fog")
+    path = HybridCollection.of(store)._index.path
+    ahead = time.time() + 5
+    _set_audited_at(path, ahead)
+    monkeypatch.setenv(AUDIT_ENV, "3600")
+    monkeypatch.setenv("HYDE_LC_REFRESH_INTERVAL", "0")
+    made = recorded_threads(monkeypatch)
+    fresh = open_store(store.location.path, embeddings=store.embeddings)
+    found(fresh, "fog")
+    assert not [t for t in made if t.name == "hyde_lc-audit"]
+    assert read_state(path).audited_at == ahead

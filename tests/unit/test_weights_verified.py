@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -96,6 +98,47 @@ def test_a_file_changed_and_changed_back_is_hashed_again_and_accepted(part_set, 
     part_set.path()
     part_set.path()
     assert hashes == [path]
+
+
+def _set_checked_at(cache: Path, path: Path, when: float | None) -> None:
+    """Rewrite the verification record of ``path`` as if its last full check was at ``when``."""
+    (record,) = (cache / "verified").glob(f"{path.name}.*.json")
+    kept = json.loads(record.read_text())
+    kept.pop("checked_at", None)
+    record.write_text(json.dumps(kept if when is None else {**kept, "checked_at": when}))
+
+
+def test_bytes_changed_with_the_time_put_back_are_caught_at_the_next_full_check(
+    part_set, cache, hashes
+):
+    """The stamp cannot see such a change; a full hash once a day does."""
+    path = part_set.path()
+    before = path.stat()
+    _corrupt_in_place(path)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (
+        before.st_size,
+        before.st_mtime_ns,
+        before.st_ino,
+    )
+    assert part_set.path() == path and hashes == []  # checked just now: the record vouches
+    _set_checked_at(cache, path, time.time() - weights.REHASH_AFTER_S - 60)
+    with pytest.raises(ModelFileError, match=rf"fails its checksum.*Delete it \(rm {path}\)"):
+        part_set.path()
+    assert hashes == [path]
+
+
+@pytest.mark.parametrize("when", [None, 10 * 365 * 24 * 3600.0], ids=["none", "years-ahead"])
+def test_a_record_with_no_check_time_or_one_ahead_of_the_clock_is_hashed_again(
+    part_set, cache, hashes, when
+):
+    """A record of an earlier version, or one whose time cannot be right, vouches no more."""
+    path = part_set.path()
+    _set_checked_at(cache, path, None if when is None else time.time() + when)
+    part_set.path()
+    part_set.path()
+    assert hashes == [path]  # once, and the record written then vouches again
 
 
 @pytest.fixture
