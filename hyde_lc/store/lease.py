@@ -53,6 +53,10 @@ TAKEOVER_KEEP_S = 86_400.0
 """Takeover markers older than this are removed (by the next takeover)."""
 _POLL_S = 0.5
 """How often (seconds) a waiting writer looks at the lease again."""
+_YIELDS: dict[str, float] = {}
+"""Leases this process gave back while another writer waited: until when (monotonic) it
+leaves the next turn to that writer (see `WriterLease.acquire`)."""
+_YIELDS_LOCK = threading.Lock()
 LEASE_SUFFIX = "hyde_lc_lease"
 TAKEOVER_SUFFIX = "hyde_lc_takeover"
 
@@ -85,6 +89,8 @@ class LeaseState:
     """When it runs out, on the holder's clock (``time.time()``)."""
     since: float
     """When it was taken, on the holder's clock."""
+    waiting_at: float = 0.0
+    """When another writer last said it waits for the lease (its clock; 0: none did)."""
 
     def stale(self, now: float | None = None) -> bool:
         """Whether its holder stopped renewing it (judged on this client's wall clock)."""
@@ -100,6 +106,7 @@ class LeaseState:
             beat=int(meta.get("beat") or 0),
             expires=float(meta.get("expires") or 0.0),
             since=float(meta.get("since") or 0.0),
+            waiting_at=float(meta.get("waiting_at") or 0.0),
         )
 
 
@@ -157,15 +164,21 @@ class WriterLease:
     def acquire(self, wait: float) -> None:
         """Take the lease, waiting up to ``wait`` seconds; raises `StoreBusyError`."""
         deadline = time.monotonic() + wait
+        self._leave_turn()
         seen: tuple[str, int] | None = None
         seen_at = time.monotonic()
         told = False
         while True:
             if self._try_create():
                 return
-            state = read_lease(self.client, self.collection)
-            if state is None:
-                continue  # given back meanwhile: try again at once
+            try:
+                lease = self.client.get_collection(self.name)
+            except Exception as exc:
+                if _not_found(exc):
+                    continue  # given back meanwhile: try again at once
+                raise
+            state = LeaseState.of(lease)
+            self._say_waiting(lease)
             now = time.monotonic()
             if seen != (state.id, state.beat):
                 seen, seen_at = (state.id, state.beat), now
@@ -187,6 +200,33 @@ class WriterLease:
                     self.server,
                 )
             time.sleep(min(_POLL_S, max(0.0, deadline - now)))
+
+    def _leave_turn(self) -> None:
+        """Let a writer that waited while this process wrote take the lease first.
+
+        Without it, a client writing one file after another takes the lease again within
+        milliseconds of giving it back, and a waiter, looking every `_POLL_S`, could wait
+        for as long as that client writes. A writer alone never waits here.
+        """
+        with _YIELDS_LOCK:
+            until = _YIELDS.pop(self._key, 0.0)
+        while time.monotonic() < until and read_lease(self.client, self.collection) is None:
+            time.sleep(0.05)
+
+    def _say_waiting(self, lease: Any) -> None:
+        """Mark the lease as waited for, so that its holder leaves the next turn (best effort)."""
+        meta = dict(lease.metadata or {})
+        if time.time() - float(meta.get("waiting_at") or 0.0) < _POLL_S:
+            return
+        meta["waiting_at"] = time.time()
+        try:
+            lease.modify(metadata=meta)
+        except Exception as exc:  # given back meanwhile, or the server busy: only a hint
+            logger.debug("could not mark the writer lease of %r waited for: %s", self.name, exc)
+
+    @property
+    def _key(self) -> str:
+        return f"{self.server}/{self.name}"
 
     def _try_create(self) -> bool:
         now = time.time()
@@ -270,6 +310,9 @@ class WriterLease:
             current = read_lease(self.client, self.collection)
             if current is not None and current.id == mine:
                 self._delete(self.name)
+                if time.time() - current.waiting_at < 4 * _POLL_S:  # someone is waiting
+                    with _YIELDS_LOCK:
+                        _YIELDS[self._key] = time.monotonic() + 2 * _POLL_S
         except Exception as exc:  # the server is gone: the lease runs out by itself
             logger.debug("could not give the writer lease of %r back: %s", self.collection, exc)
 

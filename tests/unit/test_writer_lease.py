@@ -142,3 +142,37 @@ def test_takeover_markers_older_than_a_day_are_cleared(client, monkeypatch):
     _lease(client)._clear_old_markers()
     names = {c.name for c in client.list_collections()}
     assert old not in names and recent in names
+
+
+def test_a_writer_writing_again_leaves_the_next_turn_to_one_that_waited(client):
+    first, waiter = _lease(client, "host-a:1"), _lease(client, "host-b:2")
+    first.acquire(wait=0)
+    got = threading.Event()
+
+    def wait_for_it() -> None:
+        waiter.acquire(wait=60)
+        got.set()
+
+    thread = threading.Thread(target=wait_for_it)
+    thread.start()
+    _until(lambda: read_lease(client, "docs").waiting_at > 0)  # the waiter said so
+    first.release()
+    again = _lease(client, "host-a:1")
+    releaser = threading.Timer(1.5, waiter.release)  # the waiter writes, then gives it back
+    releaser.start()
+    again.acquire(wait=60)  # at once, as a client writing file after file does
+    try:
+        assert got.is_set(), "the writer that waited did not get the next turn"
+    finally:
+        again.release()
+        releaser.join()
+        thread.join(timeout=60)
+
+
+def test_a_writer_alone_takes_the_lease_again_at_once(client):
+    first = _lease(client)
+    first.acquire(wait=0)
+    first.release()
+    second = _lease(client)
+    second.acquire(wait=0)  # nobody waited: no turn to leave
+    second.release()
