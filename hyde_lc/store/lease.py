@@ -51,8 +51,12 @@ CLOCK_SKEW_S = 10.0
 only this long after the time its holder set."""
 TAKEOVER_KEEP_S = 86_400.0
 """Takeover markers older than this are removed (by the next takeover)."""
-_POLL_S = 0.5
+_POLL_S = 0.25
 """How often (seconds) a waiting writer looks at the lease again."""
+_MARK_S = 1.0
+"""How often (seconds) a waiting writer marks the lease as waited for."""
+_YIELD_S = 1.0
+"""How long (seconds) a writer that gave the lease back to a waiter leaves it to the waiter."""
 _YIELDS: dict[str, float] = {}
 """Leases this process gave back while another writer waited: until when (monotonic) it
 leaves the next turn to that writer (see `WriterLease.acquire`)."""
@@ -216,7 +220,7 @@ class WriterLease:
     def _say_waiting(self, lease: Any) -> None:
         """Mark the lease as waited for, so that its holder leaves the next turn (best effort)."""
         meta = dict(lease.metadata or {})
-        if time.time() - float(meta.get("waiting_at") or 0.0) < _POLL_S:
+        if time.time() - float(meta.get("waiting_at") or 0.0) < _MARK_S:
             return
         meta["waiting_at"] = time.time()
         try:
@@ -310,9 +314,9 @@ class WriterLease:
             current = read_lease(self.client, self.collection)
             if current is not None and current.id == mine:
                 self._delete(self.name)
-                if time.time() - current.waiting_at < 4 * _POLL_S:  # someone is waiting
+                if time.time() - current.waiting_at < 2 * _MARK_S + 1:  # someone waits
                     with _YIELDS_LOCK:
-                        _YIELDS[self._key] = time.monotonic() + 2 * _POLL_S
+                        _YIELDS[self._key] = time.monotonic() + _YIELD_S
         except Exception as exc:  # the server is gone: the lease runs out by itself
             logger.debug("could not give the writer lease of %r back: %s", self.collection, exc)
 
