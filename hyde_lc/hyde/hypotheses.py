@@ -47,6 +47,7 @@ import asyncio
 import contextvars
 import logging
 import re
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -282,11 +283,10 @@ def _call_kwargs(llm: BaseLanguageModel[Any], timeout: float | None) -> dict[str
     """Per-request options: remote OpenAI-style models get ``timeout`` as HTTP timeout."""
     if timeout is None:
         return {}
-    try:
-        from langchain_openai.chat_models.base import BaseChatOpenAI
-    except ImportError:  # pragma: no cover - a core dependency
-        return {}
-    if not isinstance(llm, BaseChatOpenAI):
+    # Not imported: ``llm`` is none of its models (importing it would take seconds of the
+    # timeout's time on a slow machine).
+    module = sys.modules.get("langchain_openai.chat_models.base")
+    if module is None or not isinstance(llm, module.BaseChatOpenAI):
         return {}
     configured = llm.request_timeout
     if isinstance(configured, int | float) and configured < timeout:
