@@ -223,13 +223,9 @@ def _held_at_exit(before: set[threading.Thread]) -> list[threading.Thread]:
 
     def idle(thread: threading.Thread) -> bool:
         frame = frames.get(thread.ident or -1)
-        return (
-            frame is not None
-            and frame.f_code.co_name == "_worker"
-            and (
-                Path(frame.f_code.co_filename).parts[-3:] == ("concurrent", "futures", "thread.py")
-            )
-        )
+        if frame is None or frame.f_code.co_name != "_worker":
+            return False
+        return Path(frame.f_code.co_filename).parts[-3:] == ("concurrent", "futures", "thread.py")
 
     return [
         t
@@ -242,7 +238,7 @@ def _held_at_exit(before: set[threading.Thread]) -> list[threading.Thread]:
 async def test_the_timeout_ends_the_wait_while_the_writer_is_still_loading(use_async):
     writer = SlowLoadingChat()  # its load lasts until released
     retriever = HyDERetriever(
-        vectorstore=_lighthouse_store(), hypothesis_llm=writer, n_hypotheses=4, k=1, timeout=0.3
+        vectorstore=_lighthouse_store(), hypothesis_llm=writer, n_hypotheses=4, k=1, timeout=1.0
     )
     question = "How do lighthouses focus light?"
     before = set(threading.enumerate())
@@ -253,9 +249,12 @@ async def test_the_timeout_ends_the_wait_while_the_writer_is_still_loading(use_a
             result = retriever.retrieve_with_details(question)
         (loader,) = writer.loaders  # loaded once, by one thread, still loading now
         assert loader.is_alive() and not writer.loaded
-        assert loader.daemon and _held_at_exit(before) == []
+        assert loader.daemon
+        # (a pool worker may still be handing back the result of a step: a moment's wait)
+        assert _wait_for(lambda: _held_at_exit(before) == [], 10), _held_at_exit(before)
+        assert loader.is_alive()  # still loading
         assert result.fallback is not None
-        assert result.fallback.startswith("timeout after 0.3s (the writer was still loading")
+        assert result.fallback.startswith("timeout after 1.0s (the writer was still loading")
         assert "writer_load_s" in result.timings
         assert result.hypotheses == [] and len(result.documents) == 1  # the question alone
     finally:
@@ -295,13 +294,13 @@ def test_a_local_model_begins_no_load_under_a_cancelled_scope(tmp_path):
 
 
 def test_a_scope_expires_at_its_deadline_for_whichever_thread_asks():
-    scope = CancelScope(deadline=time.monotonic() + 0.05, expiry="timeout after 0.05s")
+    scope = CancelScope(deadline=time.monotonic() + 0.5, expiry="timeout after 0.5s")
     heard: list[str] = []
     scope.on_cancel(lambda: heard.append(threading.current_thread().name))
     asker = threading.Thread(target=_wait_for, args=(lambda: scope.cancelled,), name="asker")
     asker.start()
     asker.join()
-    assert scope.expired and scope.reason == "timeout after 0.05s" and heard == ["asker"]
+    assert scope.expired and scope.reason == "timeout after 0.5s" and heard == ["asker"]
 
 
 def test_a_cancel_before_the_deadline_is_no_expiry():
