@@ -1,10 +1,10 @@
 """Fakes and helpers shared by the test suite (fixtures live in the conftest files).
 
-Fake models (``ScriptedChat``, ``WordCountChat``, ``PromptLog``, ``FakeEmbeddings``), a fake
-base retriever (``FixedHits``), a callback that records runs (``RunRecorder``), generators of
-test documents (``make_pdf``, ``long_text``, ``unique_text``, ``TOPICS``), a digest of a
-store's content (``tree_digest``) and real local HTTP endpoints that misbehave
-(``status_server``, ``silent_server``, ``refused_url``).
+Fake models (``ScriptedChat``, ``SlowLoadingChat``, ``WordCountChat``, ``PromptLog``,
+``FakeEmbeddings``), a fake base retriever (``FixedHits``), a callback that records runs
+(``RunRecorder``), generators of test documents (``make_pdf``, ``long_text``,
+``unique_text``, ``TOPICS``), a digest of a store's content (``tree_digest``) and real local
+HTTP endpoints that misbehave (``status_server``, ``silent_server``, ``refused_url``).
 """
 
 from __future__ import annotations
@@ -262,6 +262,50 @@ class ScriptedChat(BaseChatModel):
             return self._result(self._next())
         finally:
             self.in_flight.leave()
+
+
+class SlowLoadingChat(BaseChatModel):
+    """A writer that loads its weights on first use, as a local llama.cpp model does.
+
+    It has ``loaded`` and ``load()`` (`hyde_lc.hyde.hypotheses.Loadable`); a call loads it
+    first if nobody did. The load lasts until ``release`` is set (at most a minute).
+    Loaded, a call returns ``reply``, or without one generates until its cancel scope is
+    cancelled (at most a minute). ``loaders`` are the threads that ran a load, ``generated``
+    counts the calls that began generating (all shared with the model's copies).
+    """
+
+    reply: str | None = None
+    release: Any = Field(default_factory=threading.Event)
+    done: Any = Field(default_factory=threading.Event)
+    loaders: list[threading.Thread] = Field(default_factory=list)
+    generated: list[int] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "slow-loading"
+
+    @property
+    def loaded(self) -> bool:
+        return bool(self.done.is_set())
+
+    def load(self) -> None:
+        self.loaders.append(threading.current_thread())
+        self.release.wait(60)
+        self.done.set()
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        from hyde_lc.core.cancellation import GenerationCancelled, current_scope
+
+        if not self.loaded:
+            self.load()
+        self.generated.append(1)
+        scope = current_scope()
+        deadline = time.monotonic() + 60
+        while self.reply is None and time.monotonic() < deadline:
+            if scope is not None and scope.cancelled:
+                raise GenerationCancelled(str(scope.reason))
+            time.sleep(0.01)
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=self.reply or ""))])
 
 
 class WordCountChat(BaseChatModel):

@@ -274,8 +274,8 @@ def add_hypothesis_options(group: Any, prompts: list[str], default_prompt: str) 
         "--timeout",
         type=timeout_seconds,
         default=120.0,
-        help="seconds to wait for hypotheses before using the plain question (default 120, "
-        f"at most {MAX_TIMEOUT_S:.0f})",
+        help="seconds to wait for hypotheses, loading the writer included, before using the "
+        f"plain question (default 120, at most {MAX_TIMEOUT_S:.0f})",
     )
     group.add_argument(
         "--hypothesis-cache",

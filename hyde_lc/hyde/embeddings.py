@@ -127,7 +127,9 @@ class HyDEEmbeddings(CheckedModel, Embeddings):
     hypothesis_length: int | None = None
     """Optional hint to the writer: about this many characters."""
     timeout: Annotated[float | None, AfterValidator(check_timeout)] = 120.0
-    """Seconds to wait for the passages before falling back to the plain query."""
+    """Seconds to wait for the passages, loading the writer included, before falling back to
+    the plain query (a llama.cpp load already under way runs to its end: see
+    `hyde_lc.hyde.hypotheses`)."""
     hypothesis_cache: BaseCache | None = None
     """Optional cache of passages (e.g. `hyde_lc.hyde.hypothesis_cache.HypothesisCache`)."""
     max_query_chars: Annotated[int | None, AfterValidator(check_max_query_chars)] = MAX_QUERY_CHARS

@@ -5,12 +5,22 @@
 timeout, and keeps the outputs that are neither empty nor refusals. Reasoning that a
 "thinking" model writes before its passage (``<think>...</think>``) is removed first.
 
+The timeout bounds the whole wait, from the call to its result: loading the writer
+included. A writer that loads its weights on first use (`Loadable`: a local llama.cpp
+model) is loaded first, as a step of its own, in a daemon thread; the prompts are sent
+once it is done, and not at all if the time ran out meanwhile. A llama.cpp load cannot
+be cut short, and it holds Python's interpreter lock while it runs (no other thread of
+the process runs meanwhile), so a wait whose time runs out during one ends when the load
+does, with nothing generated; the fallback says so (``timeout after 3.0s (the writer was
+still loading: 5.2s into its load)``) and `Hypotheses.load_s` says how long it took.
+
 What happens when the LLM fails:
 
-* a timeout cancels the generations still running: local llama.cpp requests stop within
-  one decoding step (`hyde_lc.core.cancellation`), remote requests carry the remaining time
-  as their HTTP timeout, prompts not yet sent are never sent, and no thread left behind
-  holds the process at exit;
+* a timeout cancels the generations still running: its deadline is checked by every
+  thread that writes, so the limit holds even while the waiting thread is not running;
+  local llama.cpp requests stop within one decoding step (`hyde_lc.core.cancellation`),
+  remote requests carry the timeout as their HTTP timeout, prompts not yet sent are never
+  sent, and no thread left behind (a load or a generation) holds the process at exit;
 * a cancel of the caller's `hyde_lc.core.cancellation.CancelScope` (or of one it is nested in)
   stops the generations as a timeout does and ends the wait at once, but keeps the
   passages already written; the prompts that had not finished count as failed
@@ -47,12 +57,14 @@ import asyncio
 import contextvars
 import logging
 import re
+import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict, Unpack
+from typing import Any, Literal, Protocol, TypedDict, Unpack, runtime_checkable
 
 from langchain_core.caches import BaseCache
 from langchain_core.language_models import BaseChatModel, BaseLanguageModel
@@ -108,6 +120,24 @@ _SETUP_ERRORS = (
 """The package's own errors that mean the hypothesis model is set up wrongly."""
 
 
+@runtime_checkable
+class Loadable(Protocol):
+    """A writer that loads its weights on first use, and can be loaded ahead of it.
+
+    `hyde_lc.models.local_llm.LocalChatModel` is one. `write_hypotheses` loads such a
+    writer as a step of its own, within its timeout (see the module docstring).
+    """
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the weights are loaded (a call would not load them first)."""
+        ...
+
+    def load(self) -> None:
+        """Load the weights now."""
+        ...
+
+
 @dataclass
 class Hypotheses:
     """What one round of generation produced."""
@@ -124,6 +154,9 @@ class Hypotheses:
     """Why no passage is usable (the retriever then searches with the query alone)."""
     failed: int = 0
     """Prompts whose generation failed while others succeeded (their passages are missing)."""
+    load_s: float | None = None
+    """Seconds this call spent loading the writer's weights (part of the wait; so far, if
+    the load was still running at the timeout). None: the writer was loaded already."""
 
 
 def is_refusal(text: str) -> bool:
@@ -282,11 +315,10 @@ def _call_kwargs(llm: BaseLanguageModel[Any], timeout: float | None) -> dict[str
     """Per-request options: remote OpenAI-style models get ``timeout`` as HTTP timeout."""
     if timeout is None:
         return {}
-    try:
-        from langchain_openai.chat_models.base import BaseChatOpenAI
-    except ImportError:  # pragma: no cover - a core dependency
-        return {}
-    if not isinstance(llm, BaseChatOpenAI):
+    # Not imported: ``llm`` is none of its models (importing it would take seconds of the
+    # timeout's time on a slow machine).
+    module = sys.modules.get("langchain_openai.chat_models.base")
+    if module is None or not isinstance(llm, module.BaseChatOpenAI):
         return {}
     configured = llm.request_timeout
     if isinstance(configured, int | float) and configured < timeout:
@@ -320,7 +352,7 @@ class _Round:
         self.scope = scope
         self.results: list[Any] = [_PENDING] * count
         self.timed_out = False
-        """True when the wait's timeout expired first (the scope is then cancelled)."""
+        """True when the scope's deadline (the timeout) ended the round."""
         self.cancelled: str | None = None
         """Why the scope was cancelled, when that ended the round."""
         self._sent = 0
@@ -353,12 +385,17 @@ class _Round:
         if over:
             self._finish()
 
-    def wait(self, timeout: float | None) -> None:
-        """Block until the round is over; once ``timeout`` expires, cancel the scope."""
-        if not self._over.wait(timeout):
-            self._time_out(timeout)
+    def fail(self, error: BaseException) -> None:
+        """End every prompt not ended yet with ``error`` (the writer could not be loaded)."""
+        for index in range(len(self.results)):
+            self.end(index, error)
 
-    async def wait_async(self, timeout: float | None) -> None:
+    def wait(self) -> None:
+        """Block until the round is over; at the scope's deadline, expire the scope."""
+        if not self._over.wait(self.scope.remaining()):
+            self.scope.expire()
+
+    async def wait_async(self) -> None:
         """`wait` in a coroutine: the event loop runs on while the prompts end."""
         loop = asyncio.get_running_loop()
         over: asyncio.Future[None] = loop.create_future()
@@ -374,9 +411,9 @@ class _Round:
         if not waiting:
             return
         try:
-            await asyncio.wait_for(over, timeout)
+            await asyncio.wait_for(over, self.scope.remaining())
         except TimeoutError:
-            self._time_out(timeout)
+            self.scope.expire()
 
     def close(self) -> None:
         """Stop listening to the scope; a caller that stopped waiting early cancels it."""
@@ -384,16 +421,13 @@ class _Round:
             self.scope.cancel("the caller stopped waiting")
         self._forget()
 
-    def _time_out(self, timeout: float | None) -> None:
-        self.timed_out = not self._over.is_set()
-        self.scope.cancel(f"timeout after {timeout}s")
-
     def _cancel(self) -> None:
         reason = self.scope.reason
         with self._lock:
             if self._left == 0:
                 return
             self.cancelled = reason
+            self.timed_out = self.scope.expired
             for index, result in enumerate(self.results):
                 if result is _PENDING:
                     state = "generation cancelled" if index < self._sent else "not generated"
@@ -414,19 +448,85 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-def _run_in_threads(job: _Job) -> _Round:
+class _Load:
+    """Loading a `Loadable` writer before its first prompt, as a step of its own.
+
+    It runs in a daemon thread (nothing waits for it at exit) under the round's scope, and
+    is not started once the scope is cancelled; a load that fails ends every prompt with
+    its error. When it ran, and how long, makes the timeout's fallback truthful.
+    """
+
+    def __init__(self, llm: Loadable, round_: _Round) -> None:
+        self.llm = llm
+        self.round = round_
+        self.started: float | None = None
+        self.ended: float | None = None
+
+    @classmethod
+    def of(cls, llm: BaseLanguageModel[Any], round_: _Round) -> _Load | None:
+        """The load ``llm`` needs first; None if it does not load on first use, or has."""
+        if isinstance(llm, Loadable) and not llm.loaded:
+            return cls(llm, round_)
+        return None
+
+    def run(self) -> bool:
+        """Load, unless the scope is cancelled first; True when the prompts may be sent."""
+        scope = self.round.scope
+        if scope.cancelled:
+            return False
+        self.started = time.monotonic()
+        try:
+            self.llm.load()
+        except BaseException as exc:  # the round counts it for every prompt
+            self.round.fail(exc)
+            return False
+        finally:
+            self.ended = time.monotonic()
+        return not scope.cancelled
+
+    def in_background(self, then: Callable[[], None]) -> None:
+        """Run the load in a daemon thread (in a copy of the caller's context), then ``then``."""
+
+        def load() -> None:
+            with cancel_scope(self.round.scope):
+                if self.run():
+                    then()
+
+        context = contextvars.copy_context()
+        threading.Thread(target=context.run, args=(load,), daemon=True, name="hyde-load").start()
+
+    def seconds(self) -> float | None:
+        """Seconds spent loading (so far, if it still runs); None if it never started."""
+        if self.started is None:
+            return None
+        return (self.ended or time.monotonic()) - self.started
+
+    def note(self, deadline: float | None) -> str:
+        """What the load had to do with a timeout at ``deadline``, said in brackets."""
+        took = self.seconds()
+        if took is None:
+            return " (the writer had not started loading)"
+        if self.ended is None or deadline is None or self.ended > deadline:
+            return f" (the writer was still loading: {took:.1f}s into its load)"
+        return f" (loading the writer took {took:.1f}s of it)"
+
+
+def _run_in_threads(job: _Job) -> tuple[_Round, _Load | None]:
     """Invoke the writer on each prompt left in daemon threads, until the round is over.
 
     LangChain's ``batch`` runs on a thread pool whose workers the interpreter joins at
     exit, so a call abandoned on timeout would hold the process until it ends; these
     daemon workers do not. Each worker runs in a copy of the caller's context, so
     tracing and ``collect_runs`` see the calls, and under ``scope``, so a cancel stops
-    local generations and unsent prompts.
+    local generations and unsent prompts. A writer not loaded yet is loaded first
+    (`_Load`), and the workers start once it is.
     """
     llm, prompts, config, timeout, scope = job.round_settings()
     configs = get_config_list(config, len(prompts))
     kwargs = _call_kwargs(llm, timeout)
     round_ = _Round(len(prompts), scope)
+    load = _Load.of(llm, round_)
+    contexts = [contextvars.copy_context() for _ in range(_concurrency(config, len(prompts)))]
 
     def work() -> None:
         with cancel_scope(scope):
@@ -437,31 +537,50 @@ def _run_in_threads(job: _Job) -> _Round:
                     outcome = exc
                 round_.end(index, outcome)
 
-    try:
-        for _ in range(_concurrency(config, len(prompts))):
-            context = contextvars.copy_context()
+    def start() -> None:
+        for context in contexts:
             threading.Thread(
                 target=context.run, args=(work,), daemon=True, name="hyde-hypotheses"
             ).start()
-        round_.wait(timeout)
+
+    try:
+        if load is None:
+            start()
+        else:
+            load.in_background(start)
+        round_.wait()
     finally:
         round_.close()
-    return round_
+    return round_, load
 
 
-async def _run_as_tasks(job: _Job) -> _Round:
+async def _run_as_tasks(job: _Job) -> tuple[_Round, _Load | None]:
     """Await the writer on each prompt left in asyncio tasks, until the round is over.
 
     The tasks run under ``scope``, in copies of the caller's context; those still
     running when the round is over are cancelled (a local generation stops, a remote
-    request is dropped).
+    request is dropped). A writer not loaded yet is loaded first, in a daemon thread
+    (`_Load`), and the tasks send their prompts once it is.
     """
     llm, prompts, config, timeout, scope = job.round_settings()
     configs = get_config_list(config, len(prompts))
     kwargs = _call_kwargs(llm, timeout)
     round_ = _Round(len(prompts), scope)
+    load = _Load.of(llm, round_)
+    loaded = asyncio.Event()
+    if load is None:
+        loaded.set()
+    else:
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:
+            with suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                loop.call_soon_threadsafe(loaded.set)
+
+        load.in_background(wake)
 
     async def work() -> None:
+        await loaded.wait()
         while (index := round_.next_prompt()) is not None:
             try:
                 outcome = await llm.ainvoke(prompts[index], configs[index], **kwargs)
@@ -475,12 +594,12 @@ async def _run_as_tasks(job: _Job) -> _Round:
     with cancel_scope(scope):
         workers = [asyncio.ensure_future(work()) for _ in range(_concurrency(config, len(prompts)))]
     try:
-        await round_.wait_async(timeout)
+        await round_.wait_async()
     finally:
         round_.close()
         for worker in workers:
             worker.cancel()
-    return round_
+    return round_, load
 
 
 class WriteOptions(TypedDict, total=False):
@@ -489,7 +608,8 @@ class WriteOptions(TypedDict, total=False):
     config: RunnableConfig | None
     """The LangChain config of the calls (callbacks, tags, ``max_concurrency``)."""
     timeout: float | None
-    """Seconds to wait for the passages (None: no limit)."""
+    """Seconds to wait for the passages, from the call on, loading the writer included
+    (None: no limit)."""
     cache: BaseCache | None
     """Passages already written, by prompt and sample (see the module docstring)."""
     config_errors: ConfigErrors
@@ -510,8 +630,12 @@ class _Job:
     keys: list[str] = field(init=False)
     llm_string: str = field(init=False)
     cached: list[str | None] = field(init=False)
+    deadline: float | None = field(init=False)
+    """When the timeout ends the wait, on the `time.monotonic` clock (None: no timeout)."""
 
     def __post_init__(self) -> None:
+        timeout = self.options.get("timeout")
+        self.deadline = None if timeout is None else time.monotonic() + timeout
         self.keys = sample_keys(self.prompts)
         self.llm_string = llm_identity(self.llm)
         self.cached = [None] * len(self.prompts)
@@ -535,11 +659,13 @@ class _Job:
     ) -> tuple[BaseLanguageModel[Any], list[str], RunnableConfig | None, float | None, CancelScope]:
         """The round's writer (its own cache bypassed), prompts left, config, timeout, scope.
 
-        The scope is a new one for this call's generations, inside the caller's.
+        The scope is a new one for this call's generations, inside the caller's; it expires
+        at the call's deadline.
         """
-        scope = CancelScope(parent=current_scope())
-        options = self.options
-        return _uncached(self.llm), self.todo, options.get("config"), options.get("timeout"), scope
+        timeout = self.options.get("timeout")
+        expiry = f"timeout after {timeout}s"
+        scope = CancelScope(parent=current_scope(), deadline=self.deadline, expiry=expiry)
+        return _uncached(self.llm), self.todo, self.options.get("config"), timeout, scope
 
     def to_cache(self, round_: _Round) -> list[tuple[str, list[Generation]]]:
         """The fresh outputs worth caching (none after a timeout or without a cache)."""
@@ -547,17 +673,28 @@ class _Job:
             return []
         return _to_cache(self.keys, self.cached, round_.results)
 
-    def result(self, round_: _Round | None) -> Hypotheses:
-        """The hypotheses: from the cache and ``round_``'s outputs, or the timeout's fallback."""
+    def result(self, round_: _Round | None, load: _Load | None = None) -> Hypotheses:
+        """The hypotheses: from the cache and ``round_``'s outputs, or the timeout's fallback.
+
+        ``load`` is the writer's load, if the round began with one: the fallback of a
+        timeout says what it had to do with it.
+        """
         errors = self.options.get("config_errors", "raise")
         if round_ is None:
             return _assemble(self.llm, self.prompts, self.cached, [], errors)
         if round_.timed_out:
             reason = f"timeout after {self.options.get('timeout')}s"
-            return Hypotheses([], self.prompts, fallback=_fallback(reason, self.llm, self.prompts))
-        return _assemble(
-            self.llm, self.prompts, self.cached, round_.results, errors, round_.cancelled
-        )
+            if load is not None:
+                reason += load.note(self.deadline)
+            written = Hypotheses(
+                [], self.prompts, fallback=_fallback(reason, self.llm, self.prompts)
+            )
+        else:
+            written = _assemble(
+                self.llm, self.prompts, self.cached, round_.results, errors, round_.cancelled
+            )
+        written.load_s = None if load is None else load.seconds()
+        return written
 
 
 def write_hypotheses(
@@ -572,12 +709,12 @@ def write_hypotheses(
     job = _Job(llm, prompts, options)
     if job.cache is not None:
         job.found([job.cache.lookup(key, job.llm_string) for key in job.keys])
-    round_ = None
+    round_ = load = None
     if job.todo:
-        round_ = _run_in_threads(job)
+        round_, load = _run_in_threads(job)
         for key, generations in job.to_cache(round_):
             job.cache.update(key, job.llm_string, generations)  # type: ignore[union-attr]
-    return job.result(round_)
+    return job.result(round_, load)
 
 
 async def awrite_hypotheses(
@@ -587,12 +724,12 @@ async def awrite_hypotheses(
     job = _Job(llm, prompts, options)
     if job.cache is not None:
         job.found([await job.cache.alookup(key, job.llm_string) for key in job.keys])
-    round_ = None
+    round_ = load = None
     if job.todo:
-        round_ = await _run_as_tasks(job)
+        round_, load = await _run_as_tasks(job)
         for key, generations in job.to_cache(round_):
             await job.cache.aupdate(key, job.llm_string, generations)  # type: ignore[union-attr]
-    return job.result(round_)
+    return job.result(round_, load)
 
 
 def _cached_text(generations: Any) -> str | None:

@@ -254,7 +254,9 @@ class HyDETransform:
     hypothesis_length: int | None = None
     """Optional hint to the writer: about this many characters."""
     timeout: float | None = 120.0
-    """Seconds to wait for the passages before falling back to the query alone."""
+    """Seconds to wait for the passages, loading the writer included, before falling back to
+    the plain query (a llama.cpp load already under way runs to its end: see
+    `hyde_lc.hyde.hypotheses`)."""
     cache: BaseCache | None = None
     config_errors: ConfigErrors = "raise"
     """``raise``: a misconfigured LLM (rejected key, unknown model) raises; ``fallback``

@@ -396,6 +396,27 @@ class LocalChatModel(BaseChatModel):
             raise ModelFileError(f"model file not found: {self.model_path}")
         return _engine(self.model_path, self.context_size, self.parallel, self.threads, self.poll)
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the engine this model uses is loaded (its first call loads it otherwise)."""
+        key = (self.model_path, self.context_size, self.parallel, self.threads, self.poll)
+        return key in _ENGINES  # the key `_engine` files it under
+
+    def load(self) -> None:
+        """Load the weights now, unless the current cancel scope is cancelled.
+
+        llama.cpp cannot stop a load once begun, and holds Python's interpreter lock while
+        it loads: no other thread of the process runs until it is done. So a load is not
+        begun for a cancelled scope, nor once the interpreter is exiting
+        (`hyde_lc.hyde.hypotheses.write_hypotheses` loads a writer this way, within its timeout).
+        """
+        scope = current_scope()
+        if scope is not None:
+            scope.check()
+        if _IN_FLIGHT.closing.is_set():
+            raise GenerationCancelled("not loaded: the interpreter is exiting")
+        self._engine()
+
     def engine_metrics(self) -> dict[str, float]:
         """The engine's llama.cpp metrics.
 
@@ -473,7 +494,6 @@ class LocalChatModel(BaseChatModel):
             "stream_options": {"include_usage": True},
             "cache_prompt": not alone,  # a reused prefix changes a greedy request's numbers
         }
-        engine = self._engine()
         scope = current_scope()
         abandoned = threading.Event()
 
@@ -492,6 +512,9 @@ class LocalChatModel(BaseChatModel):
                 reason = "the interpreter is exiting"
             return GenerationCancelled(f"generation cancelled: {reason}")
 
+        if stopped():  # nobody waits: not even a load is begun
+            raise cancelled()
+        engine = self._engine()
         # Wait for a free slot here rather than in llama.cpp's queue: a waiting request can
         # then be dropped without ever reaching the engine.
         if not engine.slots.acquire(alone=alone, stopped=stopped):

@@ -50,6 +50,9 @@ T = TypeVar("T")
 
 # -- what a retrieval returns ---------------------------------------------------------
 
+PART_TIMINGS = frozenset({"writer_load_s"})
+"""`HyDEResult.timings` keys that are part of another stage's time, not a stage of their own."""
+
 
 @dataclass
 class HyDEResult:
@@ -63,6 +66,9 @@ class HyDEResult:
     """The retriever's configuration in one name (`HyDERetriever.label`)."""
     fallback: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    """Seconds per stage: ``hypothesis_s`` (the whole wait for the hypotheses), with
+    ``writer_load_s`` (its part spent loading the writer, when it loaded then),
+    ``embedding_s``, ``search_s``, ..."""
     hypothesis_messages: list[BaseMessage] = field(default_factory=list)
     """The hypothesis LLM's fresh outputs, with token usage (cache hits have none)."""
     prompts: list[str] = field(default_factory=list)

@@ -207,7 +207,9 @@ class HyDERetriever(DetailedRetriever):
     rrf_candidates: int = 20
     """With ``fusion="rrf"``: how deep each separate dense ranking goes."""
     timeout: float | None = 120.0
-    """Seconds to wait for the hypotheses before falling back to the plain query."""
+    """Seconds to wait for the hypotheses, loading the writer included, before falling back to
+    the plain query (a llama.cpp load already under way runs to its end: see
+    `hyde_lc.hyde.hypotheses`)."""
     hypothesis_cache: BaseCache | None = None
     """Optional cache of hypotheses (e.g. `hyde_lc.hyde.hypothesis_cache.HypothesisCache`)."""
     min_hypothesis_similarity: float | None = None
@@ -506,6 +508,8 @@ class HyDERetriever(DetailedRetriever):
                 early.cancel()
             raise
         timings = {"hypothesis_s": time.perf_counter() - start}
+        if written.load_s is not None:  # the writer loaded within the wait: its part of it
+            timings["writer_load_s"] = written.load_s
         texts = written.texts
         if _lexical_before_embedding(transform):
             lexical = search.start_lexical(query, texts, k)

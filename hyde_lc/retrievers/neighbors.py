@@ -52,6 +52,7 @@ from hyde_lc.core.chunks import chunk_id
 from hyde_lc.core.language import is_cjk
 from hyde_lc.errors import InvalidSettingError
 from hyde_lc.retrievers.base import (
+    PART_TIMINGS,
     DetailedRetriever,
     HyDEResult,
     Plan,
@@ -720,7 +721,8 @@ class NeighborExpandingRetriever(DetailedRetriever):
         for result in rounds:
             for key, value in result.timings.items():
                 timings[key] = timings.get(key, 0.0) + value
-        timings["expansion_s"] = max(0.0, seconds - sum(timings.values()))
+        staged = sum(value for key, value in timings.items() if key not in PART_TIMINGS)
+        timings["expansion_s"] = max(0.0, seconds - staged)
         return replace(
             first,
             documents=retrieved(windows),

@@ -71,7 +71,8 @@ def test_hyde_with_a_real_local_model(store_dir, writer):
     assert len(result.documents) == 4
     assert result.label == "hybrid-hyde" and result.lexical
     assert all(d.metadata["retrieval_mode"] == "hybrid-hyde" for d in result.documents)
-    assert set(result.timings) == {"hypothesis_s", "embedding_s", "search_s"}
+    stages = {"hypothesis_s", "embedding_s", "search_s"}
+    assert stages <= set(result.timings) <= stages | {"writer_load_s"}  # the writer loaded then
 
 
 async def test_async_hyde_with_several_hypotheses(store_dir, writer):

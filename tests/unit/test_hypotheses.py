@@ -1,4 +1,4 @@
-"""write_hypotheses: cancellation, configuration errors, logging, reasoning, context."""
+"""write_hypotheses: cancellation, loading the writer, configuration errors, logging, ..."""
 
 import asyncio
 import logging
@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -20,13 +21,13 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from pydantic import Field
 
 from hyde_lc.core.cancellation import CancelScope, GenerationCancelled, cancel_scope, current_scope
-from hyde_lc.errors import HydeLcError
+from hyde_lc.errors import HydeLcError, ModelFileError
 from hyde_lc.hyde.hypotheses import awrite_hypotheses, write_hypotheses
 from hyde_lc.models.endpoint_errors import ModelConfigurationError
 from hyde_lc.models.loading import load_llm
 from hyde_lc.models.local_llm import LocalChatModel
 from hyde_lc.retrievers.hyde import HyDERetriever
-from tests.fakes import FakeEmbeddings, status_server
+from tests.fakes import FakeEmbeddings, SlowLoadingChat, status_server
 
 URL = "http://127.0.0.1:9/v1/chat/completions"
 LOGGER = "hyde_lc.hyde.hypotheses"
@@ -200,6 +201,113 @@ def test_many_hypotheses_run_with_bounded_concurrency():
 
     out = write_hypotheses(Counting(responses=["x"]), ["q"] * 40, timeout=120)
     assert len(out.texts) == 40 and max(seen) <= 8
+
+
+# -- the timeout covers loading the writer ---------------------------------------------
+
+
+def _lighthouse_store() -> InMemoryVectorStore:
+    store = InMemoryVectorStore(embedding=FakeEmbeddings(size=32))
+    store.add_texts(["Lighthouses use lenses.", "Bees make honey."])
+    return store
+
+
+def _held_at_exit(before: set[threading.Thread]) -> list[threading.Thread]:
+    """Threads started since ``before`` that the interpreter would wait for at exit.
+
+    Daemon threads are not waited for; nor, in effect, an idle worker of a thread pool
+    (the retrieval's own steps ran on pools and ended): it waits in
+    ``concurrent.futures``' ``_worker`` for work, and ends at once at exit.
+    """
+    frames = sys._current_frames()
+
+    def idle(thread: threading.Thread) -> bool:
+        frame = frames.get(thread.ident or -1)
+        if frame is None or frame.f_code.co_name != "_worker":
+            return False
+        return Path(frame.f_code.co_filename).parts[-3:] == ("concurrent", "futures", "thread.py")
+
+    return [
+        t
+        for t in threading.enumerate()
+        if t not in before and t.is_alive() and not t.daemon and not idle(t)
+    ]
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+async def test_the_timeout_ends_the_wait_while_the_writer_is_still_loading(use_async):
+    writer = SlowLoadingChat()  # its load lasts until released
+    retriever = HyDERetriever(
+        vectorstore=_lighthouse_store(), hypothesis_llm=writer, n_hypotheses=4, k=1, timeout=1.0
+    )
+    question = "How do lighthouses focus light?"
+    before = set(threading.enumerate())
+    try:
+        if use_async:
+            result = await retriever.aretrieve_with_details(question)
+        else:
+            result = retriever.retrieve_with_details(question)
+        (loader,) = writer.loaders  # loaded once, by one thread, still loading now
+        assert loader.is_alive() and not writer.loaded
+        assert loader.daemon
+        # (a pool worker may still be handing back the result of a step: a moment's wait)
+        assert _wait_for(lambda: _held_at_exit(before) == [], 10), _held_at_exit(before)
+        assert loader.is_alive()  # still loading
+        assert result.fallback is not None
+        assert result.fallback.startswith("timeout after 1.0s (the writer was still loading")
+        assert "writer_load_s" in result.timings
+        assert result.hypotheses == [] and len(result.documents) == 1  # the question alone
+    finally:
+        writer.release.set()
+    assert _wait_for(lambda: not loader.is_alive())
+    assert writer.generated == []  # loaded after the timeout: nothing written for nobody
+
+
+def test_a_writer_loaded_within_the_timeout_writes_and_its_load_is_timed():
+    writer = SlowLoadingChat(reply="Lenses bend the light.")
+    writer.release.set()
+    out = write_hypotheses(writer, ["q"] * 3, timeout=60)
+    assert out.texts == ["Lenses bend the light."] * 3 and out.fallback is None
+    assert len(writer.loaders) == 1 and out.load_s is not None  # once, before the prompts
+    again = write_hypotheses(writer, ["q"], timeout=60)
+    assert again.texts and again.load_s is None and len(writer.loaders) == 1
+
+
+def test_a_writer_that_fails_to_load_raises_its_error():
+    class Broken(SlowLoadingChat):
+        def load(self) -> None:
+            raise ModelFileError("model file not found: /nowhere/model.gguf")
+
+    with pytest.raises(ModelFileError, match=r"/nowhere/model\.gguf"):
+        write_hypotheses(Broken(), ["q", "q"], timeout=60)
+
+
+def test_a_local_model_begins_no_load_under_a_cancelled_scope(tmp_path):
+    llm = LocalChatModel(model_path=str(tmp_path / "absent.gguf"))  # a load would fail
+    assert not llm.loaded
+    with cancel_scope() as scope:
+        scope.cancel("timeout after 1s")
+        with pytest.raises(GenerationCancelled, match="timeout after 1s"):
+            llm.load()
+        with pytest.raises(GenerationCancelled, match="timeout after 1s"):
+            llm.invoke("q")
+
+
+def test_a_scope_expires_at_its_deadline_for_whichever_thread_asks():
+    scope = CancelScope(deadline=time.monotonic() + 0.5, expiry="timeout after 0.5s")
+    heard: list[str] = []
+    scope.on_cancel(lambda: heard.append(threading.current_thread().name))
+    asker = threading.Thread(target=_wait_for, args=(lambda: scope.cancelled,), name="asker")
+    asker.start()
+    asker.join()
+    assert scope.expired and scope.reason == "timeout after 0.5s" and heard == ["asker"]
+
+
+def test_a_cancel_before_the_deadline_is_no_expiry():
+    outer = CancelScope()
+    inner = CancelScope(parent=outer, deadline=time.monotonic() - 1, expiry="timeout after 1s")
+    outer.cancel("shutting down")
+    assert inner.cancelled and not inner.expired and inner.reason == "shutting down"
 
 
 # -- a cancel of the caller's scope ends the call, keeping what was written ------------
