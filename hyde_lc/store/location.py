@@ -369,6 +369,8 @@ def server_lost_as_error(location: StoreLocation, resume: str) -> Iterator[None]
     """
     try:
         yield
+    except StoreUnavailableError:
+        raise  # said already, by a call inside this one
     except Exception as exc:
         lost = lost_server(location, exc, resume)
         if lost is None:

@@ -27,12 +27,13 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 from langchain_chroma import Chroma
@@ -52,7 +53,24 @@ from hyde_lc.store.chroma_collection import (
     without_bookkeeping,
 )
 from hyde_lc.store.collection import HybridCollection, Where, feed_name
-from hyde_lc.store.location import StoreLocation, check_collection_name
+from hyde_lc.store.location import StoreLocation, check_collection_name, server_lost_as_error
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _says_lost_server(method: F) -> F:
+    """``method``, raising `StoreUnavailableError` (naming the server) when it is gone.
+
+    LangChain's store API would otherwise surface httpx's ``ConnectError``; the async
+    variants LangChain derives from these methods go through them too.
+    """
+
+    @functools.wraps(method)
+    def call(self: HydeChroma, *args: Any, **kwargs: Any) -> Any:
+        with server_lost_as_error(self.location, "call it again once the server is back"):
+            return method(self, *args, **kwargs)
+
+    return cast(F, call)
 
 
 class HydeChroma(Chroma):
@@ -184,6 +202,7 @@ class HydeChroma(Chroma):
             )
         )
 
+    @_says_lost_server
     def similarity_search(
         self, query: str, k: int = 4, filter: dict[str, Any] | None = None, **kwargs: Any
     ) -> list[Document]:
@@ -191,6 +210,7 @@ class HydeChroma(Chroma):
         found = self.similarity_search_with_score(query, k, filter=filter, **kwargs)
         return [doc for doc, _ in found]
 
+    @_says_lost_server
     def similarity_search_with_score(
         self, query: str, k: int = 4, filter: Where = None, where_document: Where = None, **kw: Any
     ) -> list[tuple[Document, float]]:
@@ -200,6 +220,7 @@ class HydeChroma(Chroma):
             vector, k, filter, where_document, **kw
         )
 
+    @_says_lost_server
     def similarity_search_by_vector(
         self, embedding: list[float], k: int = 4, *args: Any, **kwargs: Any
     ) -> list[Document]:
@@ -209,6 +230,7 @@ class HydeChroma(Chroma):
         )
         return [doc for doc, _ in found]
 
+    @_says_lost_server
     def similarity_search_by_vector_with_relevance_scores(
         self,
         embedding: list[float],
@@ -231,6 +253,7 @@ class HydeChroma(Chroma):
             if text is not None  # as Chroma: records without a text are no Documents
         ]
 
+    @_says_lost_server
     def similarity_search_with_vectors(
         self, query: str, k: int = 4, filter: Where = None, where_document: Where = None, **kw: Any
     ) -> list[tuple[Document, Any]]:
@@ -240,6 +263,7 @@ class HydeChroma(Chroma):
         got = self._query(vector, k, filter, where_document, include=include, **kw)
         return list(zip(query_documents(got), query_vectors(got), strict=True))
 
+    @_says_lost_server
     def max_marginal_relevance_search_by_vector(
         self,
         embedding: list[float],
@@ -262,6 +286,7 @@ class HydeChroma(Chroma):
         docs = query_documents(got)
         return [docs[i] for i in chosen]
 
+    @_says_lost_server
     def max_marginal_relevance_search(
         self,
         query: str,
@@ -278,6 +303,7 @@ class HydeChroma(Chroma):
             vector, k, fetch_k, lambda_mult, filter, where_document, **kwargs
         )
 
+    @_says_lost_server
     def get(
         self,
         ids: str | list[str] | None = None,
@@ -302,6 +328,7 @@ class HydeChroma(Chroma):
         )
         return without_bookkeeping(dict(got))
 
+    @_says_lost_server
     def delete_collection(self) -> None:
         """Delete the collection (and everything in it, its change feed too)."""
         chroma = self.hybrid.chroma
@@ -314,6 +341,7 @@ class HydeChroma(Chroma):
         chroma.forget()
         self.hybrid.forget_snapshot()
 
+    @_says_lost_server
     def reset_collection(self) -> None:
         """Delete the collection; the next write creates it again, empty."""
         self.delete_collection()
@@ -366,6 +394,7 @@ class HydeChroma(Chroma):
     # LangChain's writes go through the hybrid collection's one write path: stamped in the
     # change feed, indexed lexically at once, under the collection's lock.
 
+    @_says_lost_server
     def add_texts(
         self,
         texts: Iterable[str],
@@ -392,6 +421,7 @@ class HydeChroma(Chroma):
         self._write("upsert", ids, vectors, metas, texts)
         return ids
 
+    @_says_lost_server
     def update_documents(self, ids: list[str], documents: list[Document]) -> None:
         """LangChain's ``update_documents``: new texts, metadata and vectors for these ids."""
         if len(ids) != len(documents):
@@ -402,6 +432,7 @@ class HydeChroma(Chroma):
         vectors = self.embeddings.embed_documents(texts)
         self._write("update", ids, vectors, [dict(d.metadata or {}) for d in documents], texts)
 
+    @_says_lost_server
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> None:
         """LangChain's ``delete``: by ``ids``, or by ``where=...`` (Chroma's filter)."""
         if self.hybrid.chroma.existing() is None:

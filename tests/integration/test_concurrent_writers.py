@@ -457,7 +457,7 @@ def test_a_writer_stalled_past_its_lease_cannot_write_after_another_took_over(
             holder.wait()
 
 
-def test_a_retriever_whose_server_stopped_raises_the_packages_error_naming_it(
+def test_a_retriever_and_a_store_whose_server_stopped_raise_the_packages_error_naming_it(
     server, tmp_path, reader_env
 ):
     store = _store(server.url)
@@ -467,6 +467,16 @@ def test_a_retriever_whose_server_stopped_raises_the_packages_error_naming_it(
     server.stop()
     with pytest.raises(StoreUnavailableError, match=server.url):
         retriever.invoke("lamp")
+    # LangChain's store API on the same store says the same.
+    for call in (
+        lambda: store.similarity_search("lamp", k=1),
+        lambda: store.max_marginal_relevance_search("lamp", k=1),
+        lambda: store.get(),
+        lambda: store.add_texts(["written while the server is down"]),
+        lambda: store.delete(["one"]),
+    ):
+        with pytest.raises(StoreUnavailableError, match=server.url):
+            call()
 
 
 if __name__ == "__main__":
