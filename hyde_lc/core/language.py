@@ -21,7 +21,7 @@ Example:
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 Script = Literal[
     "latin",
@@ -152,6 +152,27 @@ def without_lone_surrogates(text: str) -> tuple[str, int]:
         return text, 0
     fixed = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return fixed, fixed.count(REPLACEMENT) - text.count(REPLACEMENT)
+
+
+def valid_unicode(value: Any) -> tuple[Any, int]:
+    r"""``value`` (a string, or a list, tuple or dict of them) with lone surrogates replaced.
+
+    `without_lone_surrogates` on every string inside; how many were replaced in all.
+
+    Example:
+        >>> valid_unicode({"source": "a\udc80.txt", "page": 2})
+        ({'source': 'a�.txt', 'page': 2}, 1)
+
+    """
+    if isinstance(value, str):
+        return without_lone_surrogates(value)
+    if isinstance(value, list | tuple):
+        parts = [valid_unicode(v) for v in value]
+        return type(value)(v for v, _ in parts), sum(n for _, n in parts)
+    if isinstance(value, dict):
+        pairs = [(valid_unicode(k), valid_unicode(v)) for k, v in value.items()]
+        return {k: v for (k, _), (v, _) in pairs}, sum(a + b for (_, a), (_, b) in pairs)
+    return value, 0
 
 
 def _sample(text: str, max_chars: int = SAMPLE_CHARS) -> str:

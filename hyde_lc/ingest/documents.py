@@ -47,7 +47,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from tqdm.auto import tqdm
 
-from hyde_lc.core.language import without_lone_surrogates
+from hyde_lc.core.language import valid_unicode
 from hyde_lc.errors import IngestError
 from hyde_lc.ingest.files import FileResult, IngestReport, Status, check_counts
 from hyde_lc.store.chroma_collection import SEQ, embedding_dimension
@@ -213,20 +213,10 @@ def _valid_unicode(doc: Document) -> tuple[Document, int]:
     A lone surrogate (a JSON escape without its pair, a file name that is not UTF-8) is
     not valid Unicode: the embedding model's tokenizer, UTF-8 and Chroma refuse it.
     """
-    count = 0
-
-    def clean(value: Any) -> Any:
-        nonlocal count
-        if isinstance(value, str):
-            value, found = without_lone_surrogates(value)
-            count += found
-        elif isinstance(value, list | tuple):
-            value = type(value)(clean(v) for v in value)
-        return value
-
-    text = clean(doc.page_content)
-    metadata = {clean(k): clean(v) for k, v in (doc.metadata or {}).items()}
-    id_ = clean(doc.id)
+    text, in_text = valid_unicode(doc.page_content)
+    metadata, in_metadata = valid_unicode(dict(doc.metadata or {}))
+    id_, in_id = valid_unicode(doc.id)
+    count = in_text + in_metadata + in_id
     if not count:
         return doc, 0
     return Document(text, metadata=metadata, id=id_), count

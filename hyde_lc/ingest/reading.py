@@ -210,11 +210,19 @@ def find_files(paths: Iterable[str | Path], follow_links: bool = False) -> Disco
                 raise IngestError(
                     f"folder {path} contains no supported files ({', '.join(SUPPORTED_SUFFIXES)})"
                 )
-            found.extend(inside)
+            for inner in inside:
+                problem = _name_problem(inner)
+                if problem is None:
+                    found.append(inner)
+                else:
+                    skipped.append(Skipped(_shown(inner), f"skipped: {problem}"))
             continue
         target = path.resolve()
         if target.suffix.lower() in SUPPORTED_SUFFIXES:
             check_regular_file(path)
+            problem = _name_problem(path)
+            if problem is not None:
+                raise IngestError(f"{_shown(path)}: {problem}")
             found.append(path)
         elif path.is_symlink():
             raise IngestError(
@@ -228,6 +236,24 @@ def find_files(paths: Iterable[str | Path], follow_links: bool = False) -> Disco
                 f"hyde_lc ingests {', '.join(SUPPORTED_SUFFIXES)}"
             )
     return Discovery(list(dict.fromkeys(p.resolve() for p in found)), skipped)
+
+
+def _name_problem(path: Path) -> str | None:
+    """Why ``path``'s name cannot be a document's source (None: it can).
+
+    A name with bytes that are not UTF-8 reaches Python as lone surrogates, which no
+    collection can store; replacing them would give two such files one source.
+    """
+    try:
+        str(path.resolve()).encode("utf-8")
+    except UnicodeEncodeError:
+        return "its name is not valid UTF-8 (bytes shown as \\x..); rename it to ingest it"
+    return None
+
+
+def _shown(path: Path) -> str:
+    r"""``path`` printable: bytes that are not UTF-8 shown as ``\xe9``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 FOLLOW_LINKS_HINT = "--follow-links, or follow_links=True, to ingest what they point to"

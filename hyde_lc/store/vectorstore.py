@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import uuid
 import weakref
@@ -41,6 +42,7 @@ from langchain_chroma.vectorstores import maximal_marginal_relevance
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
+from hyde_lc.core.language import valid_unicode
 from hyde_lc.core.settings import settings
 from hyde_lc.errors import InvalidSettingError, StoreError
 from hyde_lc.store.chroma_collection import (
@@ -54,6 +56,8 @@ from hyde_lc.store.chroma_collection import (
 )
 from hyde_lc.store.collection import HybridCollection, Where, feed_name
 from hyde_lc.store.location import StoreLocation, check_collection_name, server_lost_as_error
+
+logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -417,6 +421,14 @@ class HydeChroma(Chroma):
         metas += [{}] * (len(texts) - len(metas))
         if not texts:
             return []
+        cleaned, replaced = valid_unicode([texts, metas, ids])
+        texts, metas, ids = (list(part) for part in cleaned)
+        if replaced:
+            logger.warning(
+                "add_texts: %d lone surrogate(s) (not valid Unicode) in the texts, metadata or "
+                "ids replaced with U+FFFD",
+                replaced,
+            )
         vectors = self.embeddings.embed_documents(texts)
         self._write("upsert", ids, vectors, metas, texts)
         return ids

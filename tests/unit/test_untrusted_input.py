@@ -243,3 +243,41 @@ def test_a_lone_surrogate_met_by_a_command_is_a_mistake_to_fix_not_a_crash(monke
     err = capsys.readouterr().err
     assert "a lone surrogate (U+D800) at character 6 is not valid Unicode" in err
     assert "UnicodeEncodeError" not in err
+
+
+def test_add_texts_replaces_lone_surrogates_and_says_so(tmp_path, caplog):
+    from hyde_lc import open_store
+    from tests.fakes import FakeEmbeddings
+
+    store = open_store(tmp_path / "store", embeddings=FakeEmbeddings(size=16))
+    with caplog.at_level("WARNING", logger="hyde_lc.store.vectorstore"):
+        ids = store.add_texts(
+            ["lamp \ud800 keeper"], metadatas=[{"source": "a\udc80.txt"}], ids=["x\ud800"]
+        )
+    assert ids == ["x\ufffd"]  # the id the chunk is stored under
+    got = store.get(ids=ids)
+    assert got["documents"] == ["lamp \ufffd keeper"]
+    assert got["metadatas"][0]["source"] == "a\ufffd.txt"
+    assert "3 lone surrogate(s)" in caplog.text
+    assert [d.id for d in store.similarity_search("lamp keeper", k=1)] == ids
+
+
+def test_a_file_name_that_is_not_utf8_is_skipped_in_a_folder_and_refused_by_name(tmp_path):
+    import os
+
+    from hyde_lc import open_store
+    from tests.fakes import FakeEmbeddings
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "good.txt").write_text("the lamp keeper trimmed the wick", encoding="utf-8")
+    bad = Path(os.fsdecode(os.fsencode(folder) + b"/caf\xe9.txt"))
+    bad.write_text("the fog bell rang at dusk", encoding="utf-8")
+    store = open_store(tmp_path / "store", embeddings=FakeEmbeddings(size=16))
+    report = ingest_paths([folder], store, progress=False)
+    by_status = {f.status: f for f in report.files}
+    assert by_status["added"].source.endswith("good.txt")
+    assert "caf\\xe9.txt" in by_status["skipped"].source
+    assert "not valid UTF-8" in by_status["skipped"].notes[0]
+    with pytest.raises(IngestError, match=r"caf\\xe9\.txt: its name is not valid UTF-8"):
+        ingest_paths([bad], store, progress=False)
