@@ -86,7 +86,7 @@ def ingest_documents(
     *,
     replace: bool = True,
     batch_size: int = 64,
-    progress: bool = False,
+    progress: bool = True,
 ) -> IngestReport:
     """Store LangChain Documents, as given, in ``store`` (a collection from `open_store`).
 
@@ -102,6 +102,8 @@ def ingest_documents(
     pass of up to ``batch_size`` chunks); a larger one in several calls, so a search
     running meanwhile may see part of it. Returns one `FileResult` per source (status
     ``added``, ``replaced`` or ``unchanged``), in the order the sources first appear.
+    ``progress`` shows a bar of the chunks as they are embedded (on by default, as in
+    `ingest_paths`; ``progress=False`` in scripts and tests).
     """
     hybrid = HybridCollection.of(store)
     chroma, embeddings = hybrid.chroma, hybrid.embeddings
