@@ -43,7 +43,7 @@ def build(folder: Path, writer: bool) -> HyDERetriever:
         )
         for i in range(40)
     ]
-    ingest_documents(docs, store)
+    ingest_documents(docs, store, progress=False)
     llm = FakeListChatModel(responses=["Fresnel lenses focus the light of the lamps."])
     return HyDERetriever(vectorstore=store, hypothesis_llm=llm if writer else None, k=4)
 

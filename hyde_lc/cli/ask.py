@@ -273,7 +273,12 @@ def add_command(sub: Any, prompts: list[str], default_prompt: str) -> None:
         "the passages retrieved (dense and BM25, fused), then the answer, streamed, with its "
         "sources.",
     )
-    ask.add_argument("question", type=question_text)
+    ask.add_argument(
+        "question",
+        type=question_text,
+        help="the question to answer, in quotes; a question longer than 4,000 characters "
+        "is cut to fit the models, with a note saying so",
+    )
     group = ask.add_argument_group("retrieval")
     group.add_argument(
         "--mode",

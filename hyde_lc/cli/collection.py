@@ -4,6 +4,7 @@ Example:
     $ hyde-lc ingest --sample
     $ hyde-lc ingest --sample zh --collection lighthouses_zh
     $ hyde-lc ingest docs/ notes.md --chunk-size 800 --json
+    $ hyde-lc ingest docs/ --remove-missing
     $ hyde-lc info
 
 """
@@ -143,6 +144,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             max_file_bytes=max_bytes,
             follow_links=args.follow_links,
             limits=input_limits(args),
+            remove_missing=args.remove_missing,
         )
     elapsed = time.perf_counter() - start
     chunks = visible_count(store)
@@ -309,6 +311,13 @@ def add_commands(sub: Any) -> None:
         action="store_true",
         help="also ingest what symbolic links inside the folders point to when it lies "
         "outside them (by default such links are skipped and listed)",
+    )
+    ingest.add_argument(
+        "--remove-missing",
+        action="store_true",
+        help="keep the collection in step with the FOLDERS given: remove the documents "
+        "ingested from inside them whose files no longer exist (deleted or renamed); "
+        "nothing outside them is touched, and sub-folders that cannot be read keep theirs",
     )
     ingest.add_argument("--json", action="store_true", help="print one JSON record")
     add_store_options(ingest)

@@ -330,9 +330,9 @@ def ask_in_turns(
 ) -> None:
     """Ask each question of every run that still lacks it, the modes taking `turns`."""
     modes = list(runs)
-    label = ", ".join(run.pipeline.retrieval_method for run in runs.values())
     pending = [q for q in questions if any(run.pending(q) for run in runs.values())]
-    shown = tqdm(pending, desc=f"compare ({label})", disable=not progress)
+    # The modes' names, as the table, the records files and the report name them.
+    shown = tqdm(pending, desc=f"compare ({', '.join(modes)})", disable=not progress)
     for index, question in enumerate(shown):
         for mode in turns(modes, index):
             if runs[mode].pending(question):

@@ -16,10 +16,11 @@ form. The record is a Ragas 0.4
 ``metadata`` dict:
 
 - times: ``execution_time`` (wall clock, seconds), ``hypothesis_time`` (writing the
-  hypotheses), ``retrieval_time`` (embedding, search and neighbour expansion: everything
-  in retrieval but the LLM), ``answer_time``, and the finer ``timings``; loading the
-  models is in them unless the pipeline was warmed first (`EvaluationPipeline.warm_up`,
-  as `hyde_lc.evaluation.evaluate_questions` and ``compare_modes`` do);
+  hypotheses; None for a configuration that writes none), ``retrieval_time`` (embedding,
+  search and neighbour expansion: everything in retrieval but the LLM), ``answer_time``,
+  and the finer ``timings``; loading the models is in them unless the pipeline was
+  warmed first (`EvaluationPipeline.warm_up`, as `hyde_lc.evaluation.evaluate_questions`
+  and ``compare_modes`` do);
 - tokens and cost per stage in ``stages`` (``hypothesis``, ``embedding``, ``answer``), each
   with its provider, model, tokens, ``usage_source`` and ``cost_source``; and the totals
   ``input_tokens`` / ``output_tokens`` (LLM stages), ``embedding_tokens`` (every text the
@@ -437,6 +438,8 @@ class EvaluationPipeline:
                 key: result.timings.get(key, 0.0)
                 for key in ("hypothesis_s", "embedding_s", "search_s")
             }
+            if not self.hyde_retriever.n_hypotheses:  # no hypotheses: no time to report
+                timings["hypothesis_s"] = None
             if "expansion_s" in result.timings:
                 timings["expansion_s"] = result.timings["expansion_s"]
         else:

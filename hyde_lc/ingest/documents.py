@@ -15,7 +15,10 @@ of their own. `ingest_documents` stores them as given, in the same hybrid collec
 * by default the call *replaces* each source it is given (``metadata["source"]``, which
   every LangChain loader sets): chunks of that source that the call does not bring are
   deleted once the new ones are written, as `ingest_paths` does with a changed file.
-  ``replace=False`` only adds and updates.
+  ``replace=False`` only adds and updates. Sources the call does not bring are left
+  alone: sources are whatever the loader recorded (URLs, relative names), so there is no
+  folder to keep in step as ``ingest_paths(..., remove_missing=True)`` does; delete a
+  source no longer wanted with ``store.delete(where={"source": ...})``.
 
 Bad input fails before anything is written, with an `IngestError`: a metadata value
 Chroma cannot store (a dict, an empty list), or one id given to two different Documents.
@@ -83,7 +86,7 @@ def ingest_documents(
     *,
     replace: bool = True,
     batch_size: int = 64,
-    progress: bool = False,
+    progress: bool = True,
 ) -> IngestReport:
     """Store LangChain Documents, as given, in ``store`` (a collection from `open_store`).
 
@@ -99,6 +102,8 @@ def ingest_documents(
     pass of up to ``batch_size`` chunks); a larger one in several calls, so a search
     running meanwhile may see part of it. Returns one `FileResult` per source (status
     ``added``, ``replaced`` or ``unchanged``), in the order the sources first appear.
+    ``progress`` shows a bar of the chunks as they are embedded (on by default, as in
+    `ingest_paths`; ``progress=False`` in scripts and tests).
     """
     hybrid = HybridCollection.of(store)
     chroma, embeddings = hybrid.chroma, hybrid.embeddings

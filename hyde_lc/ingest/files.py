@@ -63,6 +63,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import numbers
+import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,6 +125,7 @@ __all__ = [
     "ingest_paths",
     "iter_chunks",
     "load_document",
+    "missing_sources",
     "resolve_chunking",
     "split_document",
 ]
@@ -137,7 +139,7 @@ _KEEP_CHARS = 16 * 1024 * 1024
 """Text kept in memory from the first pass, over all files of one call (short files and
 PDFs, whose parsing is slow); the rest is read again from disk."""
 
-Status = Literal["added", "replaced", "unchanged", "empty", "skipped"]
+Status = Literal["added", "replaced", "unchanged", "empty", "skipped", "removed"]
 
 
 @dataclass
@@ -151,7 +153,11 @@ class Chunk:
 
 @dataclass
 class FileResult:
-    """What ingestion did with one file (or a folder it passed over: ``skipped``)."""
+    """What ingestion did with one file (or a folder it passed over: ``skipped``).
+
+    ``removed``: a file no longer on disk whose chunks ``remove_missing`` deleted
+    (``chunks`` is how many).
+    """
 
     source: str
     status: Status
@@ -389,6 +395,7 @@ def ingest_paths(
     max_write: int | None = None,
     follow_links: bool = False,
     limits: InputLimits = DEFAULT_LIMITS,
+    remove_missing: bool = False,
 ) -> IngestReport:
     """Ingest files and folders into ``store`` (a collection opened by `open_store`).
 
@@ -407,6 +414,15 @@ def ingest_paths(
     reads English only and a document is mostly in another script, the report's
     ``warnings`` (and the ``hyde_lc`` logger, once per call) say how to ingest it into a
     multilingual collection.
+
+    ``remove_missing`` keeps the collection in step with the *folders* in ``paths``: the
+    documents whose ``source`` lies inside one of them and that no longer exist on disk
+    (a file deleted or renamed since it was ingested) are deleted, after the files found
+    are written, and reported with status ``removed``. Nothing outside those folders is
+    touched, and files given by name only are ingested. A document is kept whenever its
+    absence is not certain: inside a sub-folder that was skipped (it could not be read),
+    or a file whose state cannot be read (an error other than "not found"). See
+    `missing_sources`.
     """
     hybrid = HybridCollection.of(store)
     chroma, embeddings = hybrid.chroma, hybrid.embeddings
@@ -441,13 +457,100 @@ def ingest_paths(
         "ingest the same files again: chunks already written are kept (nothing is "
         "embedded twice) and the rest are completed, with no duplicate chunks"
     )
+    folders = [Path(p).expanduser().resolve() for p in paths if Path(p).expanduser().is_dir()]
+    if remove_missing:
+        for result in skipped:
+            if result.notes and result.notes[0].startswith("folder skipped"):
+                result.notes.append(KEPT_UNDER_SKIPPED)
     with (
         server_lost_as_error(chroma.location, resume),
         no_space_as_error(chroma.folder),
         hybrid.writing() as write,
     ):
         written = _write_documents(write, sources, embeddings, settings)
-    return IngestReport(written + skipped, warnings)
+        removed = (
+            _remove_missing(write, folders, found.files, found.skipped)
+            if remove_missing and folders
+            else []
+        )
+    return IngestReport(written + removed + skipped, warnings)
+
+
+KEPT_UNDER_SKIPPED = "its documents already in the collection are kept (not removed)"
+"""The note ``remove_missing`` adds to a sub-folder it could not read."""
+REMOVED_NOTE = "no longer on disk: its chunks were removed from the collection"
+"""The note of a document ``remove_missing`` deleted."""
+
+
+def missing_sources(
+    stored: Iterable[str],
+    folders: Sequence[Path],
+    present: Iterable[Path],
+    skipped: Iterable[str] = (),
+) -> list[str]:
+    """The stored sources that `ingest_paths` with ``remove_missing`` deletes, sorted.
+
+    A source is deleted when it is an absolute path inside one of ``folders`` (resolved),
+    is not among the files just found (``present``), lies under none of the ``skipped``
+    paths (sub-folders that could not be read), and is certainly gone from disk (looking
+    it up says "no such file"; any other error keeps it). Sources that are not paths of
+    such files (relative names, URLs from `ingest_documents`) are never deleted.
+
+    Example:
+        >>> missing_sources(["/nowhere/docs/a.txt", "notes.txt"], [Path("/nowhere/docs")], [])
+        ['/nowhere/docs/a.txt']
+
+    """
+    roots = [Path(folder) for folder in folders]
+    kept = {str(path) for path in present}
+    passed_over = [Path(os.path.realpath(item)) for item in skipped]
+    gone = []
+    for source in set(stored):
+        path = Path(source)
+        if source in kept or not path.is_absolute():
+            continue
+        if not any(path.is_relative_to(root) for root in roots):
+            continue
+        if any(path.is_relative_to(item) for item in passed_over):
+            continue
+        if _certainly_gone(path):
+            gone.append(source)
+    return sorted(gone)
+
+
+def _certainly_gone(path: Path) -> bool:
+    """Whether ``path`` does not exist (False when looking it up fails otherwise)."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except (OSError, ValueError):
+        return False  # not readable (a folder without permission): it may still be there
+    return False
+
+
+def _remove_missing(
+    write: Write, folders: Sequence[Path], present: Sequence[Path], skipped: Sequence[Skipped]
+) -> list[FileResult]:
+    """Delete the documents of ``folders`` no longer on disk (`missing_sources`)."""
+    chroma = write.owner.chroma
+    if chroma.existing() is None:
+        return []
+    counts: dict[str, int] = {}
+    for page in chroma.pages():
+        for meta in page["metadatas"] or []:
+            source = (meta or {}).get("source")
+            if isinstance(source, str):
+                counts[source] = counts.get(source, 0) + 1
+    gone = missing_sources(counts, folders, present, [item.path for item in skipped])
+    if not gone:
+        return []
+    write.delete_where({"source": {"$in": gone}})
+    _prune_pending(write)  # versions of a removed file left pending by a killed run
+    results = [FileResult(source, "removed", counts[source], [REMOVED_NOTE]) for source in gone]
+    for result in results:
+        logger.info("removed %s (%d chunks): no longer on disk", result.source, result.chunks)
+    return results
 
 
 def check_counts(**counts: int | None) -> None:

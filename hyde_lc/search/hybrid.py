@@ -44,7 +44,7 @@ from hyde_lc.core.chunks import chunk_key, with_metadata
 from hyde_lc.core.fusion import HYBRID_FUSIONS, Fused, reciprocal_rank_fusion, score_fusion
 from hyde_lc.errors import InvalidSettingError
 from hyde_lc.search.backend import SearchBackend
-from hyde_lc.store.lexical_index import DEFAULT_QUERY_REPEATS, lexical_query
+from hyde_lc.store.lexical_index import DEFAULT_QUERY_REPEATS, check_filter, lexical_query
 
 HybridFusion = Literal["score", "rrf"]
 
@@ -125,6 +125,9 @@ class HybridSearch:
             if getattr(self, name) < 1:
                 shown = "hybrid_candidates" if name == "candidates" else name
                 raise InvalidSettingError(f"{shown} must be at least 1, got {getattr(self, name)}")
+        where = self.search_kwargs.get("filter")
+        if isinstance(where, dict) and self.lexical_side is not None:
+            check_filter(where)  # refused now, with the message a search would give
 
     @property
     def lexical_side(self) -> Any:

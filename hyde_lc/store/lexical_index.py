@@ -50,7 +50,7 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import lru_cache
@@ -424,60 +424,30 @@ class LexicalIndex:
 
         Supported: ``{key: value}``, ``$eq``, ``$ne``, ``$in``, ``$nin`` on string, number
         and boolean values, and ``$and`` / ``$or`` of those. Anything else raises
-        `InvalidSettingError` naming what is supported.
+        `InvalidSettingError` naming what is supported (`check_filter` says the same
+        without an index).
         """
         tantivy = self._tantivy
         query, occur = tantivy.Query, tantivy.Occur
+        schema = self._schema
 
-        def term(key: str, value: Any) -> Any:
-            token = meta_term(key, value)
-            if token is None:
-                raise _unsupported(where, f"{key}: {value!r} is not a string, number or bool")
-            return query.term_query(self._schema, "meta", token)
+        def term(token: str) -> Any:
+            return query.term_query(schema, "meta", token)
 
-        def any_of(key: str, values: Any) -> Any:
-            if not isinstance(values, list | tuple):
-                raise _unsupported(where, f"{key}: $in/$nin take a list")
-            return query.boolean_query([(occur.Should, term(key, v)) for v in values])
+        def either(parts: list[Any]) -> Any:
+            return query.boolean_query([(occur.Should, p) for p in parts])
 
-        def build(node: Any) -> Any:
-            if not isinstance(node, dict) or not node:
-                raise _unsupported(where, f"{node!r} is not a filter")
-            parts = []
-            for key, value in node.items():
-                if key in ("$and", "$or"):
-                    if not isinstance(value, list) or not value:
-                        raise _unsupported(where, f"{key} takes a non-empty list")
-                    kind = occur.Must if key == "$and" else occur.Should
-                    parts.append(query.boolean_query([(kind, build(v)) for v in value]))
-                elif key.startswith("$"):
-                    raise _unsupported(where, f"operator {key}")
-                elif not isinstance(value, dict):
-                    parts.append(term(key, value))
-                else:
-                    if len(value) != 1:
-                        raise _unsupported(where, f"{key}: one operator per field")
-                    ((op, operand),) = value.items()
-                    if op == "$eq":
-                        parts.append(term(key, operand))
-                    elif op == "$in":
-                        parts.append(any_of(key, operand))
-                    elif op in ("$ne", "$nin"):
-                        negated = term(key, operand) if op == "$ne" else any_of(key, operand)
-                        parts.append(
-                            query.boolean_query(
-                                [(occur.Must, query.all_query()), (occur.MustNot, negated)]
-                            )
-                        )
-                    else:
-                        raise _unsupported(where, f"operator {op}")
+        def every(parts: list[Any]) -> Any:
             return (
                 parts[0]
                 if len(parts) == 1
                 else query.boolean_query([(occur.Must, p) for p in parts])
             )
 
-        return build(where)
+        def negated(part: Any) -> Any:
+            return query.boolean_query([(occur.Must, query.all_query()), (occur.MustNot, part)])
+
+        return _compile_filter(where, term, either, every, negated)
 
     def reload(self) -> None:
         """See the last commit and cursor (another process's writes included)."""
@@ -610,6 +580,84 @@ def dense_only_note(base: Path | None, exc: OSError) -> str:
         f"searched dense only: the BM25 index at {base} could not be brought up to date "
         f"({exc.strerror or exc}); {fix}, and the next search catches it up"
     )
+
+
+def check_filter(where: Any) -> None:
+    """Refuse a search filter the lexical (BM25) side cannot apply, before any search.
+
+    The rules and the message of `LexicalIndex.filter_query`, without an index: a
+    retriever refuses such a filter when it is made rather than at its first search.
+
+    Example:
+        >>> check_filter({"$and": [{"source": "a.pdf"}, {"page": {"$in": [1, 2]}}]})
+        >>> check_filter({"page": {"$gt": 3}})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        hyde_lc.errors.InvalidSettingError: the search filter ... (operator $gt): ...
+
+    """
+
+    def none(*_: Any) -> None:
+        return None
+
+    _compile_filter(where, none, none, none, none)
+
+
+def _compile_filter(
+    where: Any,
+    term: Callable[[str], Any],
+    either: Callable[[list[Any]], Any],
+    every: Callable[[list[Any]], Any],
+    negated: Callable[[Any], Any],
+) -> Any:
+    """Walk a Chroma ``where`` filter, refusing what the index cannot apply.
+
+    ``term`` makes the query of one metadata term (`meta_term`), ``either`` / ``every``
+    combine queries (any / all), ``negated`` matches what a query does not.
+    """
+
+    def leaf(key: str, value: Any) -> Any:
+        token = meta_term(key, value)
+        if token is None:
+            raise _unsupported(where, f"{key}: {value!r} is not a string, number or bool")
+        return term(token)
+
+    def any_of(key: str, values: Any) -> Any:
+        if not isinstance(values, list | tuple):
+            raise _unsupported(where, f"{key}: $in/$nin take a list")
+        return either([leaf(key, v) for v in values])
+
+    def build(node: Any) -> Any:
+        if not isinstance(node, dict) or not node:
+            raise _unsupported(where, f"{node!r} is not a filter")
+        parts = []
+        for key, value in node.items():
+            if key in ("$and", "$or"):
+                if not isinstance(value, list) or not value:
+                    raise _unsupported(where, f"{key} takes a non-empty list")
+                inner = [build(v) for v in value]
+                parts.append(every(inner) if key == "$and" else either(inner))
+            elif key.startswith("$"):
+                raise _unsupported(where, f"operator {key}")
+            elif not isinstance(value, dict):
+                parts.append(leaf(key, value))
+            else:
+                if len(value) != 1:
+                    raise _unsupported(where, f"{key}: one operator per field")
+                ((op, operand),) = value.items()
+                if op == "$eq":
+                    parts.append(leaf(key, operand))
+                elif op == "$in":
+                    parts.append(any_of(key, operand))
+                elif op in ("$ne", "$nin"):
+                    parts.append(
+                        negated(leaf(key, operand) if op == "$ne" else any_of(key, operand))
+                    )
+                else:
+                    raise _unsupported(where, f"operator {op}")
+        return every(parts)
+
+    return build(where)
 
 
 def _unsupported(where: Any, what: str) -> InvalidSettingError:

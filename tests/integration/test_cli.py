@@ -343,3 +343,23 @@ def test_control_characters_in_file_names_never_reach_the_terminal(env, tmp_path
     assert (
         unknown.returncode == 2 and "unrecognized arguments: \\x1b]0;pwned\\x07" in unknown.stderr
     )
+
+
+def test_ingest_remove_missing_keeps_a_folder_in_sync(env, tmp_path):
+    synced = {**env, "HYDE_LC_STORE": str(tmp_path / "store")}
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "lamps.txt").write_text("The keeper trimmed the lamp wicks every evening.")
+    (folder / "fog.md").write_text("Fog signals sounded every thirty seconds in thick weather.")
+    assert run(synced, "ingest", str(folder)).returncode == 0
+    (folder / "lamps.txt").rename(folder / "wicks.txt")
+    out = run(synced, "ingest", str(folder), "--remove-missing", "--json")
+    assert out.returncode == 0, out.stderr
+    files = {Path(f["source"]).name: f["status"] for f in json.loads(out.stdout)["files"]}
+    assert files == {"wicks.txt": "added", "fog.md": "unchanged", "lamps.txt": "removed"}
+    (folder / "fog.md").unlink()
+    text = run(synced, "ingest", str(folder), "--remove-missing")
+    assert text.returncode == 0, text.stderr
+    assert "removed" in text.stdout and "fog.md" in text.stdout
+    info = json.loads(run(synced, "info", "--json").stdout)
+    assert [Path(d["source"]).name for d in info["documents"]] == ["wicks.txt"]

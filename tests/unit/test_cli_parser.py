@@ -177,7 +177,7 @@ def test_an_unknown_sample_language_is_refused():
         sample_files("fr")
 
 
-def test_every_option_of_every_command_says_what_it_does():
+def test_every_option_and_argument_of_every_command_says_what_it_does():
     import argparse
 
     from hyde_lc.cli import build_parser
@@ -189,8 +189,8 @@ def test_every_option_of_every_command_says_what_it_does():
             if isinstance(action, argparse._SubParsersAction):
                 for name, sub in action.choices.items():
                     walk(sub, [*path, name])
-            elif action.option_strings and action.dest != "help" and not action.help:
-                silent.append(f"{' '.join(path)} {action.option_strings[0]}")
+            elif action.dest != "help" and not action.help:
+                silent.append(f"{' '.join(path)} {(action.option_strings or [action.dest])[0]}")
 
     walk(build_parser(), ["hyde-lc"])
     assert silent == []

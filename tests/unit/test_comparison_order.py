@@ -143,3 +143,20 @@ def test_warming_never_calls_a_model_without_its_own_warm_up(store):
     )
     assert set(pipeline.warm_up()) == {"retrieval"}
     assert remote_like.prompts == []
+
+
+def test_the_progress_bar_names_the_modes_as_the_table_does(tmp_path, store, monkeypatch):
+    from hyde_lc.evaluation import compare
+
+    shown: list[str] = []
+
+    def recording_tqdm(iterable, desc="", **kwargs):
+        shown.append(desc)
+        return iterable
+
+    monkeypatch.setattr(compare, "tqdm", recording_tqdm)
+    questions = read_questions(_write_questions(tmp_path / "q.jsonl", QUESTIONS[:1]))
+    report = compare_modes(
+        questions, _pipelines(store, []), tmp_path / "report", metrics=["rouge"], progress=True
+    )
+    assert shown == [f"compare ({', '.join(report.modes)})"] == ["compare (standard, hyde)"]

@@ -490,3 +490,21 @@ def test_ragas_keys_constant_matches_the_record(store):
         "q?", store=store, mode="standard", retrieval_only=True, reference_context_ids=["x"]
     )
     assert set(record) - {"metadata"} <= set(RAGAS_KEYS)
+
+
+def test_a_mode_without_hypotheses_reports_no_hypothesis_time(store):
+    from hyde_lc.evaluation.compare import aggregate
+
+    standard = query_for_evaluation(
+        "Why did keepers go?", store=store, mode="standard", custom_answer_llm=ScriptedChat()
+    )
+    hyde = query_for_evaluation(
+        "Why did keepers go?", store=store, custom_hyde_llm=ScriptedChat(),
+        custom_answer_llm=ScriptedChat(),
+    )  # fmt: skip
+    meta = standard["metadata"]
+    assert meta["hypothesis_time"] is None and meta["timings"]["hypothesis_s"] is None
+    assert meta["retrieval_time"] > 0
+    assert aggregate([standard], [{}])["hypothesis_time_mean_s"] is None
+    assert hyde["metadata"]["hypothesis_time"] is not None
+    assert aggregate([hyde], [{}])["hypothesis_time_mean_s"] is not None

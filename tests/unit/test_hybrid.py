@@ -540,14 +540,22 @@ def test_a_filtered_hybrid_search_finds_the_filtered_chunk_lexically(tmp_path, f
     assert "lexical" in found.metadata["found_by"] and found.metadata["lexical_score"] > 0
 
 
-def test_a_filter_the_lexical_side_cannot_apply_is_refused(store):
+def test_a_filter_the_lexical_side_cannot_apply_is_refused_when_the_retriever_is_made(store):
     from hyde_lc.errors import InvalidSettingError
+    from hyde_lc.search.lexical import lexical_search_for
+    from hyde_lc.store.lexical_index import lexical_query
 
-    retriever = HyDERetriever(
-        vectorstore=store, n_hypotheses=0, k=2, search_kwargs={"filter": {"page": {"$gt": 1}}}
-    )
-    with pytest.raises(InvalidSettingError, match="lexical='off'"):
-        retriever.invoke("clockwork")
+    where = {"page": {"$gt": 1}}
+    with pytest.raises(InvalidSettingError, match="lexical='off'") as made:
+        HyDERetriever(vectorstore=store, n_hypotheses=0, k=2, search_kwargs={"filter": where})
+    side = lexical_search_for(store)
+    assert side is not None
+    with pytest.raises(InvalidSettingError) as searched:
+        side.search(lexical_query("clockwork"), 2, where)
+    assert str(made.value).endswith(str(searched.value))  # the message a search gives
+    retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, k=2)
+    with pytest.raises(InvalidSettingError, match=r"operator \$gt"):
+        retriever.search_kwargs = {"filter": where}
     dense = HyDERetriever(
         vectorstore=store,
         n_hypotheses=0,

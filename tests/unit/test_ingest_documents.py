@@ -113,3 +113,11 @@ def test_bad_documents_fail_before_anything_is_written(tmp_path):
     with pytest.raises(IngestError, match="takes LangChain Documents"):
         ingest_documents(["just a string"], store)  # type: ignore[list-item]
     assert not folder.exists()  # nothing created
+
+
+def test_a_progress_bar_is_shown_by_default_as_for_files(tmp_path, capsys):
+    store = open_store(tmp_path / "store", embeddings=FakeEmbeddings(size=32))
+    ingest_documents([Document("lamps", metadata={"source": "a.txt"})], store)
+    assert "embedding" in capsys.readouterr().err
+    ingest_documents([Document("horns", metadata={"source": "b.txt"})], store, progress=False)
+    assert "embedding" not in capsys.readouterr().err
