@@ -33,9 +33,8 @@ demo: install-demo
 	$(BIN)/hyde-lc ingest --sample
 	$(BIN)/hyde-lc ask --mode hyde "$(QUESTION)"
 
-# Both cores: one runs the integration tests one at a time, the other the unit tests.
 test: install
-	$(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The unit suite alone, on both cores: the quick loop while changing code.
 test-unit: install

@@ -33,14 +33,3 @@ def sample_store(sample_store_dir: Path) -> HydeChroma:
     """The shared sample store, opened with the model it records (read it, never write to it)."""
     return open_store(sample_store_dir)
 
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """With pytest-xdist's ``--dist loadgroup``, the integration tests run one at a time.
-
-    They start servers, models and subprocesses of their own and share session fixtures;
-    one worker runs them in turn while the other takes the unit tests (`make test`).
-    """
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.xdist_group("integration"))
