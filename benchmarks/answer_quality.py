@@ -25,7 +25,10 @@ passages fitted to a 1,280-token window, answer room included, instead of the mo
 4,096, so about two of the four retrieved passages are given), ``dry0.8`` (llama.cpp's
 DRY sampler at its author's recommended strength, multiplier 0.8, over the whole context,
 prompt included), ``dry0.8-last128`` (the same over the last 128 tokens only, so copying
-the passages is not penalised once the answer is under way).
+the passages is not penalised once the answer is under way), ``unguarded`` (the model's
+text as written: no stop at a repeated sentence, no cut to the last whole sentence at
+the token cap; ``today`` has both). Each row records how the answer ended
+(``answer_ending``: ``repeated_sentence``, ``token_cap`` or None).
 
     python -m benchmarks.answer_quality --tutorial path/to/tutorial \\
         --out benchmarks/results/answer_quality.json
@@ -69,6 +72,7 @@ STRICT_REFUSAL = (
 
 CANDIDATES: dict[str, dict[str, Any]] = {
     "today": {},
+    "unguarded": {"chain": {"guard": False}},
     "repeat1.1": {"llm": {"repeat_penalty": 1.1}},
     "freq0.3": {"llm": {"frequency_penalty": 0.3}},
     "strict": {"system_suffix": STRICT_REFUSAL},
@@ -195,11 +199,13 @@ def run(
                     start = time.perf_counter()
                     first = None
                     parts = []
+                    ending = None
                     for chunk in chain.stream(q["question"]):
                         piece = chunk.get("answer", "")
                         if piece and first is None and piece.strip():
                             first = time.perf_counter() - start
                         parts.append(piece)
+                        ending = chunk.get("answer_ending", ending)
                     answer = "".join(parts)
                     refused = abstained(answer)
                     rows.append(
@@ -221,6 +227,7 @@ def run(
                             "first_word_s": first,
                             "total_s": time.perf_counter() - start,
                             "answer": answer,
+                            "answer_ending": ending,
                         }
                     )
                     r = rows[-1]
@@ -234,11 +241,19 @@ def run(
     return rows
 
 
+def _ended(rows: list[dict], reason: str) -> str:
+    """How many answers ended for ``reason`` ("-": rows measured before it was recorded)."""
+    if any("answer_ending" not in r for r in rows):
+        return "-"
+    return str(sum(r["answer_ending"] == reason for r in rows))
+
+
 def table(rows: list[dict]) -> str:
     lines = [
         "| set | candidate | repeated 8-gram | repeated sentence | correct refusals "
-        "| false refusals | keyword recall | first word s (median) | answer s (median) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| false refusals | keyword recall | ended (repeat / cap) | first word s (median) "
+        "| answer s (median) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key in dict.fromkeys((r["set"], r["candidate"]) for r in rows):
         group = [r for r in rows if (r["set"], r["candidate"]) == key]
@@ -251,6 +266,7 @@ def table(rows: list[dict]) -> str:
             f"| {sum(r['refused'] for r in una)}/{len(una)} "
             f"| {sum(r['refused'] for r in ans)}/{len(ans)} "
             f"| {statistics.mean(r['recall'] for r in ans) if ans else float('nan'):.2f} "
+            f"| {_ended(group, 'repeated_sentence')} / {_ended(group, 'token_cap')} "
             f"| {statistics.median(firsts) if firsts else float('nan'):.1f} "
             f"| {statistics.median(r['total_s'] for r in group):.1f} |"
         )
