@@ -48,7 +48,6 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import atexit
 import json
 import math
 import os
@@ -79,6 +78,7 @@ from pydantic import Field
 
 from hyde_lc.core.cancellation import CancelScope, GenerationCancelled, cancel_scope, current_scope
 from hyde_lc.core.settings import settings
+from hyde_lc.core.teardown import CLOSE_ENGINES, STOP_WORK, at_exit
 from hyde_lc.errors import (
     HydeLcError,
     MissingDependencyError,
@@ -100,7 +100,7 @@ class _InFlight:
     still running while the interpreter finalises would take the GIL in a dying thread,
     which aborts the process ("FATAL: exception not rethrown"). At exit every call is
     told to stop, and the exit waits (one decoding step, at most ``_EXIT_WAIT_S``) until
-    none is left inside the engine.
+    none is left inside the engine; then the engines are closed (`hyde_lc.core.teardown`).
     """
 
     def __init__(self) -> None:
@@ -125,7 +125,7 @@ class _InFlight:
 
 
 _IN_FLIGHT = _InFlight()
-atexit.register(_IN_FLIGHT.stop_all)
+at_exit("llama.cpp generations", STOP_WORK, _IN_FLIGHT.stop_all)
 
 
 class ContextWindowError(HydeLcError):
@@ -278,7 +278,20 @@ def _engine(model_path: str, context_size: int, parallel: int, threads: int, pol
                 address=str(server.listening_address or ""),
                 api_key=api_key,
             )
+            at_exit("llama.cpp engines", CLOSE_ENGINES, _close_engines)
         return _ENGINES[key]
+
+
+def _close_engines() -> None:
+    """Close every loaded engine, at exit: each stops its loop and joins its threads.
+
+    Called once generations have stopped (`hyde_lc.core.teardown`), so that the servers
+    are freed now, in order, and not in whatever order finalisation collects them.
+    """
+    with _ENGINES_LOCK:
+        engines = list(_ENGINES.values())
+        _ENGINES.clear()
+    del engines  # the last references: each server's destructor runs here
 
 
 def _role(message: BaseMessage) -> str:
