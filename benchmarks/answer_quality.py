@@ -297,6 +297,63 @@ def run(
     return rows
 
 
+def replay_stored(
+    paths: list[Path], spec: str, caps: list[int], log: Path, tutorial: Path | None
+) -> list[dict]:
+    """Stored ``today`` answers (written before the answer guard) cut at each token cap,
+    as written (``unguarded@N``) and through the guard (``guarded@N``).
+
+    The answer model is greedy: with a lower ``max_tokens`` it writes the same text up to
+    the cap, so an answer's first N tokens (the model's own tokenizer) are what it writes
+    under an N-token cap, and the guard then sees that text and a finish at the cap.
+    """
+    engine = load_llm(spec, role="answer")._engine()
+    sets = {
+        "sample": sample_questions("en"),
+        "sample-zh": sample_questions("zh"),
+    }
+    keywords: dict[str, list[str]] = {}
+    for path in sets.values():
+        for q in map(json.loads, filter(str.strip, path.read_text("utf-8").splitlines())):
+            keywords[q["question"]] = q["keywords"]
+    if tutorial is not None:
+        for q in json.loads((tutorial / "val.json").read_text()):
+            keywords[q["question"]] = sorted(content_words(q["ideal_answer"]))
+    rows = []
+    for path in paths:
+        for stored in map(json.loads, path.read_text("utf-8").splitlines()):
+            if stored["candidate"] != "today":
+                continue
+            words = stored["set"] == "tutorial"  # keywords: the ideal answer's content words
+            wanted = keywords.get(stored["question"])
+            ids = engine.post("/tokenize", {"content": stored["answer"]})["tokens"]
+            for cap in caps:
+                capped = len(ids) >= cap
+                text = stored["answer"]
+                if capped:
+                    text = engine.post("/detokenize", {"tokens": ids[:cap]})["content"]
+                guard = AnswerGuard(cap)
+                guarded = guard.feed(text) + guard.finish(capped=capped)
+                for label, answer, ending in (
+                    (f"unguarded@{cap}", text, None),
+                    (f"guarded@{cap}", guarded, guard.ending.reason),
+                ):
+                    row = {
+                        "set": stored["set"], "candidate": label, "question": stored["question"],
+                        "answerable": stored["answerable"], "answer": answer,
+                        "answer_ending": ending, "first_word_s": None, "total_s": None,
+                    }  # fmt: skip
+                    if wanted is None:  # keywords not at hand: keep the stored recall
+                        row.update(refused=abstained(answer), recall=stored["recall"])
+                        row.update(repeated_8gram=repeated_ngram(answer))
+                        row.update(repeated_sentence=repeated_sentence(answer))
+                    else:
+                        row = _scored(row, wanted, words)
+                    rows.append(row)
+    log.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
+    return rows
+
+
 def _ended(rows: list[dict], reason: str) -> str:
     """How many answers ended for ``reason`` ("-": rows measured before it was recorded)."""
     if any("answer_ending" not in r for r in rows):
@@ -345,6 +402,11 @@ def main() -> None:
         help="after each unguarded answer, a guard-replay row: that answer through the guard",
     )  # fmt: skip
     parser.add_argument("--only", nargs="+", help="only the questions containing these texts")
+    parser.add_argument(
+        "--replay-stored", nargs="+", type=Path, metavar="JSONL",
+        help="no generation: the stored 'today' answers of these files, cut at each --caps",
+    )  # fmt: skip
+    parser.add_argument("--caps", nargs="+", type=int, default=[384, 128, 96])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/answer_quality.json"))
     parser.add_argument(
         "--report", action="store_true", help="print the table of the rows in --out's .jsonl"
@@ -356,6 +418,10 @@ def main() -> None:
         return
     log = args.out.with_suffix(".jsonl")
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.replay_stored:
+        rows = replay_stored(args.replay_stored, args.llm, args.caps, log, args.tutorial)
+        print(table(rows))
+        return
     rows = run(
         _sets(args.tutorial, args.sets), args.candidates, args.llm, args.k, log,
         replay=args.replay_guard, only=args.only,
