@@ -72,8 +72,7 @@ def _release_sessions() -> None:
     Done while ONNX Runtime is whole; an encoder used afterwards loads them again.
     """
     for encoder in list(_LOADED.values()):
-        with encoder._lock:
-            encoder._session = encoder._query_session = None
+        encoder.release_sessions()
 
 
 def _session(onnxruntime: Any, model: Path, threads: int) -> Any:
@@ -162,8 +161,13 @@ class OnnxSentenceEmbeddings(BaseModel, Embeddings):
                 self._tokenizer = tokenizer
                 _LOADED[id(self)] = self
                 at_exit("onnx sessions", RELEASE_SESSIONS, _release_sessions)
-        session = self._query_session if texts <= SMALL_CALL else self._session
-        return session, self._tokenizer
+            session = self._query_session if texts <= SMALL_CALL else self._session
+            return session, self._tokenizer
+
+    def release_sessions(self) -> None:
+        """Let go of the ONNX sessions (and their thread pools); the next call loads them."""
+        with self._lock:
+            self._session = self._query_session = None
 
     def _embed_batch(self, texts: list[str]) -> np.ndarray:
         session, tokenizer = self._load(len(texts))
