@@ -194,7 +194,16 @@ AnswerStop = Literal["repeated_sentence", "token_cap"]
 
 @dataclass
 class Ending:
-    """How `AnswerGuard` ended an answer."""
+    """How `AnswerGuard` ended an answer.
+
+    Example:
+        >>> guard = AnswerGuard(cap=64)
+        >>> guard.feed("It was lit in 1823. It was se") + guard.finish(capped=True)
+        'It was lit in 1823.'
+        >>> guard.ending
+        Ending(reason='token_cap', removed=' It was se', mid_sentence=False)
+
+    """
 
     reason: AnswerStop | None = None
     """``repeated_sentence``, ``token_cap`` (the model reached its cap), or None (the
