@@ -8,7 +8,8 @@ UV     := $(BIN)/uv
 UV_INSTALL := $(UV) pip install --python $(BIN)/python --no-deps --require-hashes
 QUESTION ?= How did the Fresnel lens change lighthouses?
 
-.PHONY: demo test test-unit lint install install-demo lock check-extras notebooks clean-store
+.PHONY: demo test test-unit lint install install-demo lock check-extras notebooks \
+	notebooks-open clean-store
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +58,10 @@ check-extras: install
 # Re-run the notebooks on the small local model and store them with their outputs.
 notebooks: install
 	$(BIN)/python scripts/store_notebooks.py
+
+# Open the notebooks in JupyterLab (the notebooks extra), with the default models they run on.
+notebooks-open: install-demo
+	$(BIN)/jupyter lab notebooks/
 
 lock: $(BIN)/python
 	$(UV) pip compile pyproject.toml $(LOCK_EXTRAS:%=--extra %) \

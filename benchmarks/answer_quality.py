@@ -25,7 +25,10 @@ passages fitted to a 1,280-token window, answer room included, instead of the mo
 4,096, so about two of the four retrieved passages are given), ``dry0.8`` (llama.cpp's
 DRY sampler at its author's recommended strength, multiplier 0.8, over the whole context,
 prompt included), ``dry0.8-last128`` (the same over the last 128 tokens only, so copying
-the passages is not penalised once the answer is under way).
+the passages is not penalised once the answer is under way), ``unguarded`` (the model's
+text as written: no stop at a repeated sentence, no cut to the last whole sentence at
+the token cap; ``today`` has both). Each row records how the answer ended
+(``answer_ending``: ``repeated_sentence``, ``token_cap`` or None).
 
     python -m benchmarks.answer_quality --tutorial path/to/tutorial \\
         --out benchmarks/results/answer_quality.json
@@ -46,6 +49,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from langchain_core.callbacks import BaseCallbackHandler
+
 import hyde_lc.answer as answer_module
 from benchmarks.neighbor_context import content_words
 from benchmarks.provenance import head_commit
@@ -59,6 +64,8 @@ from hyde_lc import (
     open_store,
     sample_files,
 )
+from hyde_lc.answer import reached_token_cap
+from hyde_lc.core.sentences import AnswerGuard
 from hyde_lc.ingest.samples import sample_questions
 
 STRICT_REFUSAL = (
@@ -69,6 +76,7 @@ STRICT_REFUSAL = (
 
 CANDIDATES: dict[str, dict[str, Any]] = {
     "today": {},
+    "unguarded": {"chain": {"guard": False}},
     "repeat1.1": {"llm": {"repeat_penalty": 1.1}},
     "freq0.3": {"llm": {"frequency_penalty": 0.3}},
     "strict": {"system_suffix": STRICT_REFUSAL},
@@ -94,6 +102,49 @@ def _system_suffix(suffix: str):
         yield
     finally:
         answer_module._SYSTEM, answer_module.ANSWER_PROMPT = saved
+
+
+class _Finish(BaseCallbackHandler):
+    """The finish reason the answer model gave (``length``: it reached its token cap)."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+
+    def on_llm_end(self, response: Any, **kwargs: Any) -> None:
+        for generations in response.generations:
+            for generation in generations:
+                message = getattr(generation, "message", None)
+                if message is not None:
+                    self.reason = message.response_metadata.get("finish_reason", self.reason)
+
+
+def replayed(row: dict, cap: int | None) -> dict:
+    """An ``unguarded`` row's answer through the answer guard, as a ``guard-replay`` row.
+
+    The answer model is greedy, so the guarded chain writes the same text up to where the
+    guard ends it; the guard here sees that text and the model's finish reason, as it
+    does for a remote model's output (a local model stops generating at the same place).
+    """
+    guard = AnswerGuard(cap)
+    capped = reached_token_cap({"finish_reason": row.get("finish_reason")})
+    answer = guard.feed(row["answer"]) + guard.finish(capped=capped)
+    out = {**row, "candidate": "guard-replay", "answer": answer}
+    out.update(first_word_s=None, total_s=None, answer_ending=guard.ending.reason)
+    return out
+
+
+def _scored(row: dict, keywords: list[str], words: bool) -> dict:
+    """``row`` with its refusal, recall and repetition measures (from its answer)."""
+    answer = row["answer"]
+    refused = abstained(answer)
+    recall = (0.0 if refused else _recall(answer, keywords, words)) if row["answerable"] else None
+    return {
+        **row,
+        "refused": refused,
+        "recall": recall,
+        "repeated_8gram": repeated_ngram(answer),
+        "repeated_sentence": repeated_sentence(answer),
+    }
 
 
 def _tokens(text: str) -> list[str]:
@@ -163,9 +214,20 @@ def _recall(answer: str, keywords: list[str], words: bool) -> float:
 
 
 def run(
-    sets: dict[str, dict[str, Any]], candidates: list[str], spec: str, k: int, log: Path
+    sets: dict[str, dict[str, Any]],
+    candidates: list[str],
+    spec: str,
+    k: int,
+    log: Path,
+    *,
+    replay: bool = False,
+    only: list[str] | None = None,
 ) -> list[dict]:
-    """Answer every question per candidate; each row is also appended to ``log`` as made."""
+    """Answer every question per candidate; each row is also appended to ``log`` as made.
+
+    With ``replay``, each ``unguarded`` row is followed by its `replayed` row; ``only``
+    keeps the questions that contain one of its texts.
+    """
     rows = []
     done = set()
     if log.exists():  # resume: rows already measured are kept, not measured again
@@ -185,6 +247,8 @@ def run(
         # Questions outside, candidates inside, unanswerable ones first: a run stopped
         # early has compared every candidate on the same questions, refusals included.
         for q in sorted(data["questions"], key=lambda q: q["answerable"]):
+            if only and not any(text in q["question"] for text in only):
+                continue
             for label in candidates:
                 if (name, label, q["question"]) in done:
                     continue
@@ -195,64 +259,130 @@ def run(
                     start = time.perf_counter()
                     first = None
                     parts = []
-                    for chunk in chain.stream(q["question"]):
+                    ending = None
+                    finish = _Finish()
+                    for chunk in chain.stream(q["question"], {"callbacks": [finish]}):
                         piece = chunk.get("answer", "")
                         if piece and first is None and piece.strip():
                             first = time.perf_counter() - start
                         parts.append(piece)
-                    answer = "".join(parts)
-                    refused = abstained(answer)
-                    rows.append(
+                        ending = chunk.get("answer_ending", ending)
+                    made = [
                         {
                             "set": name,
                             "candidate": label,
                             "question": q["question"],
                             "answerable": q["answerable"],
-                            "refused": refused,
-                            "recall": (
-                                0.0
-                                if refused
-                                else _recall(answer, q["keywords"], name == "tutorial")
-                            )
-                            if q["answerable"]
-                            else None,
-                            "repeated_8gram": repeated_ngram(answer),
-                            "repeated_sentence": repeated_sentence(answer),
                             "first_word_s": first,
                             "total_s": time.perf_counter() - start,
-                            "answer": answer,
+                            "answer": "".join(parts),
+                            "answer_ending": ending,
+                            "finish_reason": finish.reason,
                         }
-                    )
-                    r = rows[-1]
-                    with log.open("a", encoding="utf-8") as f:
-                        f.write(json.dumps(r, ensure_ascii=False) + "\n")
-                    print(
-                        f"{name} {label:9} rep={r['repeated_8gram']:d} ref={refused:d} "
-                        f"{r['total_s']:5.1f}s {q['question'][:50]}",
-                        flush=True,
-                    )
+                    ]
+                    if replay and label == "unguarded":
+                        made.append(replayed(made[0], llms[label].max_tokens))
+                    for row in made:
+                        r = _scored(row, q["keywords"], name == "tutorial")
+                        rows.append(r)
+                        with log.open("a", encoding="utf-8") as f:
+                            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+                        total = r["total_s"] if r["total_s"] is not None else float("nan")
+                        print(
+                            f"{name} {r['candidate']:12} rep={r['repeated_8gram']:d} "
+                            f"ref={r['refused']:d} end={r['answer_ending']} {total:5.1f}s "
+                            f"{q['question'][:50]}",
+                            flush=True,
+                        )
     return rows
+
+
+def replay_stored(
+    paths: list[Path], spec: str, caps: list[int], log: Path, tutorial: Path | None
+) -> list[dict]:
+    """Stored ``today`` answers (written before the answer guard) cut at each token cap,
+    as written (``unguarded@N``) and through the guard (``guarded@N``).
+
+    The answer model is greedy: with a lower ``max_tokens`` it writes the same text up to
+    the cap, so an answer's first N tokens (the model's own tokenizer) are what it writes
+    under an N-token cap, and the guard then sees that text and a finish at the cap.
+    """
+    engine = load_llm(spec, role="answer")._engine()
+    sets = {
+        "sample": sample_questions("en"),
+        "sample-zh": sample_questions("zh"),
+    }
+    keywords: dict[str, list[str]] = {}
+    for path in sets.values():
+        for q in map(json.loads, filter(str.strip, path.read_text("utf-8").splitlines())):
+            keywords[q["question"]] = q["keywords"]
+    if tutorial is not None:
+        for q in json.loads((tutorial / "val.json").read_text()):
+            keywords[q["question"]] = sorted(content_words(q["ideal_answer"]))
+    rows = []
+    for path in paths:
+        for stored in map(json.loads, path.read_text("utf-8").splitlines()):
+            if stored["candidate"] != "today":
+                continue
+            words = stored["set"] == "tutorial"  # keywords: the ideal answer's content words
+            wanted = keywords.get(stored["question"])
+            ids = engine.post("/tokenize", {"content": stored["answer"]})["tokens"]
+            for cap in caps:
+                capped = len(ids) >= cap
+                text = stored["answer"]
+                if capped:
+                    text = engine.post("/detokenize", {"tokens": ids[:cap]})["content"]
+                guard = AnswerGuard(cap)
+                guarded = guard.feed(text) + guard.finish(capped=capped)
+                for label, answer, ending in (
+                    (f"unguarded@{cap}", text, None),
+                    (f"guarded@{cap}", guarded, guard.ending.reason),
+                ):
+                    row = {
+                        "set": stored["set"], "candidate": label, "question": stored["question"],
+                        "answerable": stored["answerable"], "answer": answer,
+                        "answer_ending": ending, "first_word_s": None, "total_s": None,
+                    }  # fmt: skip
+                    if wanted is None:  # keywords not at hand: keep the stored recall
+                        row.update(refused=abstained(answer), recall=stored["recall"])
+                        row.update(repeated_8gram=repeated_ngram(answer))
+                        row.update(repeated_sentence=repeated_sentence(answer))
+                    else:
+                        row = _scored(row, wanted, words)
+                    rows.append(row)
+    log.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
+    return rows
+
+
+def _ended(rows: list[dict], reason: str) -> str:
+    """How many answers ended for ``reason`` ("-": rows measured before it was recorded)."""
+    if any("answer_ending" not in r for r in rows):
+        return "-"
+    return str(sum(r["answer_ending"] == reason for r in rows))
 
 
 def table(rows: list[dict]) -> str:
     lines = [
         "| set | candidate | repeated 8-gram | repeated sentence | correct refusals "
-        "| false refusals | keyword recall | first word s (median) | answer s (median) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| false refusals | keyword recall | ended (repeat / cap) | first word s (median) "
+        "| answer s (median) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key in dict.fromkeys((r["set"], r["candidate"]) for r in rows):
         group = [r for r in rows if (r["set"], r["candidate"]) == key]
         ans = [r for r in group if r["answerable"]]
         una = [r for r in group if not r["answerable"]]
         firsts = [r["first_word_s"] for r in group if r["first_word_s"] is not None]
+        totals = [r["total_s"] for r in group if r.get("total_s") is not None]
         lines.append(
             f"| {key[0]} | {key[1]} | {sum(r['repeated_8gram'] for r in group)}/{len(group)} "
             f"| {sum(r['repeated_sentence'] for r in group)}/{len(group)} "
             f"| {sum(r['refused'] for r in una)}/{len(una)} "
             f"| {sum(r['refused'] for r in ans)}/{len(ans)} "
             f"| {statistics.mean(r['recall'] for r in ans) if ans else float('nan'):.2f} "
+            f"| {_ended(group, 'repeated_sentence')} / {_ended(group, 'token_cap')} "
             f"| {statistics.median(firsts) if firsts else float('nan'):.1f} "
-            f"| {statistics.median(r['total_s'] for r in group):.1f} |"
+            f"| {statistics.median(totals) if totals else float('nan'):.1f} |"
         )
     return "\n".join(lines)
 
@@ -267,6 +397,16 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=CANDIDATES)
     parser.add_argument("--k", type=int, default=4)
+    parser.add_argument(
+        "--replay-guard", action="store_true",
+        help="after each unguarded answer, a guard-replay row: that answer through the guard",
+    )  # fmt: skip
+    parser.add_argument("--only", nargs="+", help="only the questions containing these texts")
+    parser.add_argument(
+        "--replay-stored", nargs="+", type=Path, metavar="JSONL",
+        help="no generation: the stored 'today' answers of these files, cut at each --caps",
+    )  # fmt: skip
+    parser.add_argument("--caps", nargs="+", type=int, default=[384, 128, 96])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/answer_quality.json"))
     parser.add_argument(
         "--report", action="store_true", help="print the table of the rows in --out's .jsonl"
@@ -278,7 +418,14 @@ def main() -> None:
         return
     log = args.out.with_suffix(".jsonl")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    rows = run(_sets(args.tutorial, args.sets), args.candidates, args.llm, args.k, log)
+    if args.replay_stored:
+        rows = replay_stored(args.replay_stored, args.llm, args.caps, log, args.tutorial)
+        print(table(rows))
+        return
+    rows = run(
+        _sets(args.tutorial, args.sets), args.candidates, args.llm, args.k, log,
+        replay=args.replay_guard, only=args.only,
+    )  # fmt: skip
     commit = head_commit()
     meta = {"date": date.today().isoformat(), "commit": commit, "llm": args.llm, "k": args.k}
     meta["machine"] = platform.machine()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import hyde_lc.core.teardown  # noqa: F401  (hyde_lc's own work ends before Python finalises)
 from hyde_lc.core.lazy import lazy_exports
 
 if TYPE_CHECKING:

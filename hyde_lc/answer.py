@@ -22,6 +22,16 @@ window (`hyde_lc.models.local_llm.LocalChatModel.context_size`); for a remote mo
 is ``llm.metadata["context_window"]`` (``load_llm(..., context_size=N)``) or the
 ``context_window`` argument, else unlimited, and tokens are estimated conservatively.
 
+An answer ends well without changing how it is sampled (`hyde_lc.core.sentences`): when
+the model begins to repeat a sentence it has already written, the answer stops before
+it (a local model stops generating there; another model's output is cut as it arrives),
+and when the model reaches its token cap mid-sentence, the answer ends at its last
+whole sentence (an answer with no sentence end is kept as written). ``answer_ending``
+and ``answer_note`` in the output say when either happened (`AnswerEnding`). The answer
+streams as it is written, except a sentence that begins like an earlier one (held until
+it differs) and, in the last quarter of the token budget, a sentence at a time, so that
+nothing shown is taken back. ``guard=False`` turns this off.
+
 Small models cite unreliably, so ``sources`` does not depend on it: it lists the passages
 the answer cites, or, when it cites none, every passage it was given; and nothing when
 the model said it lacks the information. Reasoning a "thinking" model writes before its
@@ -44,7 +54,7 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,7 +78,12 @@ from hyde_lc.core.language import (
     prompt_language,
     says_not_enough_information,
 )
-from hyde_lc.core.reasoning import astrip_reasoning_stream, strip_reasoning_stream
+from hyde_lc.core.reasoning import (
+    astrip_reasoning_stream,
+    strip_reasoning,
+    strip_reasoning_stream,
+)
+from hyde_lc.core.sentences import AnswerGuard, AnswerStop, repeats_a_sentence
 from hyde_lc.hyde.transform import clip_query
 from hyde_lc.models.loading import CONTEXT_WINDOW_KEY
 from hyde_lc.models.local_llm import ContextWindowError, LocalChatModel, estimate_tokens
@@ -331,6 +346,145 @@ def fit_context(
     return ContextFit(kept, dropped, note, window, budget)
 
 
+# -- ending the answer at a whole sentence --------------------------------------------
+
+_CAP_REASONS = frozenset({"length", "max_tokens", "MAX_TOKENS"})
+
+
+def reached_token_cap(metadata: dict[str, Any]) -> bool:
+    """Whether a chat model's ``response_metadata`` says it stopped at its token cap.
+
+    llama.cpp and OpenAI-compatible models say ``finish_reason: "length"``, Anthropic's
+    ``stop_reason: "max_tokens"``, Ollama's ``done_reason: "length"``, Gemini's
+    ``finish_reason: "MAX_TOKENS"``.
+
+    Example:
+        >>> reached_token_cap({"finish_reason": "length"}), reached_token_cap({})
+        (True, False)
+
+    """
+    return (
+        metadata.get("finish_reason") in _CAP_REASONS
+        or metadata.get("stop_reason") == "max_tokens"
+        or metadata.get("done_reason") == "length"
+    )
+
+
+@dataclass
+class AnswerEnding:
+    """How an answer ended, when the chain ended it (see the module docstring).
+
+    Example:
+        >>> AnswerEnding().reason is None  # the model ended by itself
+        True
+
+    """
+
+    reason: AnswerStop | None = None
+    """``"repeated_sentence"`` (stopped where the model began to repeat a sentence it had
+    written), ``"token_cap"`` (the model reached its token cap), or None (the model ended
+    by itself)."""
+    note: str | None = None
+    """What was left out of the model's text, and why; None when the model ended by itself."""
+
+
+def _answer_cap(llm: BaseLanguageModel[Any]) -> int | None:
+    """The answer model's token cap (``max_tokens``), when it has one."""
+    cap = getattr(llm, "max_tokens", None)
+    return cap if isinstance(cap, int) and cap > 0 else None
+
+
+def _begins_to_repeat(written: str) -> bool:
+    """Whether a local model's answer so far repeats a whole sentence (it stops there)."""
+    return repeats_a_sentence(strip_reasoning(written)) is not None
+
+
+def _note(guard: AnswerGuard, cap: int | None) -> str | None:
+    ending = guard.ending
+    left_out = len(ending.removed.strip())
+    at_cap = f"the model reached its {cap}-token cap" if cap else "the model reached its token cap"
+    if ending.reason == "repeated_sentence":
+        return "answer: stopped where the model began to repeat a sentence it had already written"
+    if ending.reason != "token_cap":
+        return None
+    if ending.mid_sentence and not left_out:
+        return f"answer: {at_cap} before any sentence ended; kept as written"
+    if ending.mid_sentence:
+        return (
+            f"answer: {at_cap} in a sentence already shown; it ends there "
+            f"({left_out:,} characters left out)"
+        )
+    if left_out:
+        return (
+            f"answer: {at_cap} mid-sentence; the answer ends at its last whole sentence "
+            f"({left_out:,} characters left out)"
+        )
+    return f"answer: {at_cap} at the end of a sentence; it may have had more to say"
+
+
+class _Guarded:
+    """One answer through its `AnswerGuard`: the text of the model's chunks, then what is shown."""
+
+    def __init__(self, ending: AnswerEnding, cap: int | None) -> None:
+        self.ending = ending
+        self.cap = cap
+        self.guard = AnswerGuard(cap)
+        self.capped = False
+        self.shown = False
+
+    def text(self, chunk: Any) -> str:
+        if isinstance(chunk, BaseMessage):
+            self.capped = self.capped or reached_token_cap(chunk.response_metadata)
+            return chunk.text
+        return str(chunk)
+
+    def show(self, piece: str) -> str:
+        out = self.guard.feed(piece)
+        self.shown = self.shown or bool(out)
+        return out
+
+    def last(self) -> list[str]:
+        """What is left to show once the model has stopped; fills in the ending."""
+        rest = self.guard.finish(capped=self.capped)
+        self.ending.reason = self.guard.ending.reason
+        self.ending.note = _note(self.guard, self.cap)
+        return [rest] if rest or not self.shown else []  # an empty answer is still an answer
+
+    def texts(self, chunks: Iterator[Any]) -> Iterator[str]:
+        for chunk in chunks:
+            yield self.text(chunk)
+
+    async def atexts(self, chunks: AsyncIterator[Any]) -> AsyncIterator[str]:
+        async for chunk in chunks:
+            yield self.text(chunk)
+
+    def run(self, chunks: Iterator[Any]) -> Iterator[str]:
+        for piece in strip_reasoning_stream(self.texts(chunks)):
+            if out := self.show(piece):
+                yield out
+        yield from self.last()
+
+    async def arun(self, chunks: AsyncIterator[Any]) -> AsyncIterator[str]:
+        async for piece in astrip_reasoning_stream(self.atexts(chunks)):
+            if out := self.show(piece):
+                yield out
+        for out in self.last():
+            yield out
+
+
+def _guarded(ending: AnswerEnding, cap: int | None) -> Runnable[Any, str]:
+    """The model's output to the answer's text, ended well (a fresh guard per answer)."""
+
+    def run(chunks: Iterator[Any]) -> Iterator[str]:
+        yield from _Guarded(ending, cap).run(chunks)
+
+    async def arun(chunks: AsyncIterator[Any]) -> AsyncIterator[str]:
+        async for piece in _Guarded(ending, cap).arun(chunks):
+            yield piece
+
+    return RunnableGenerator(run, arun, name="answer_guard")
+
+
 # -- the chains -----------------------------------------------------------------------
 #
 # The chains are LCEL steps that stream: ``RunnablePassthrough.assign`` passes its input
@@ -347,10 +501,19 @@ ANSWER_CHAIN_KEYS = (
     "context_documents",
     "dropped_documents",
     "context_note",
+    "answer_ending",
+    "answer_note",
 )
 """The keys of `build_answer_chain`'s output, in the order they stream."""
 
-_CONTEXT_KEYS = ("answer", "context_documents", "dropped_documents", "context_note")
+_CONTEXT_KEYS = (
+    "answer",
+    "context_documents",
+    "dropped_documents",
+    "context_note",
+    "answer_ending",
+    "answer_note",
+)
 
 
 def _fit(llm: BaseLanguageModel[Any], window: int | None) -> Runnable[dict[str, Any], ContextFit]:
@@ -362,33 +525,55 @@ def _fit(llm: BaseLanguageModel[Any], window: int | None) -> Runnable[dict[str, 
     return RunnableLambda(fit, name="fit_context")
 
 
-def _generate(llm: BaseLanguageModel[Any]) -> Runnable[dict[str, Any], str]:
-    """From ``{"question", "fit"}`` to the answer's text, streamed, reasoning removed."""
+def _generate(llm: BaseLanguageModel[Any], guard: bool) -> Runnable[dict[str, Any], str]:
+    """From ``{"question", "fit", "ending"}`` to the answer's text, streamed, reasoning removed.
+
+    With ``guard`` the answer ends well (see the module docstring), and ``ending`` says how.
+    """
     to_prompt: Runnable[dict[str, Any], dict[str, Any]] = RunnableLambda(
         lambda inputs: {
             "question": clip_query(inputs["question"])[0],
             "context": format_context(inputs["fit"].documents),
+            "ending": inputs["ending"],
         },
         name="format_context",
     )
     # A runnable returned by a lambda is run on the lambda's input: the prompt for the
-    # question's language, filled with the question and context.
-    prompt: Runnable[dict[str, Any], Any] = RunnableLambda(
-        lambda inputs: answer_prompt(inputs["question"]), name="answer_prompt"
+    # question's language, filled with the question and context, the model, its output.
+    if not guard:
+        prompt: Runnable[dict[str, Any], Any] = RunnableLambda(
+            lambda inputs: answer_prompt(inputs["question"]), name="answer_prompt"
+        )
+        strip = RunnableGenerator(
+            strip_reasoning_stream, astrip_reasoning_stream, name="strip_reasoning"
+        )
+        return to_prompt | prompt | llm | StrOutputParser() | strip
+    cap = _answer_cap(llm)
+    # A local model stops where the answer begins to repeat itself, saving the rest of
+    # its generation; any other model's output is cut there when it arrives.
+    model = llm.bind(stop_when=_begins_to_repeat) if isinstance(llm, LocalChatModel) else llm
+
+    def written(inputs: dict[str, Any]) -> Runnable[dict[str, Any], str]:
+        return answer_prompt(inputs["question"]) | model | _guarded(inputs["ending"], cap)
+
+    return to_prompt | RunnableLambda(written, name="answer_prompt")
+
+
+def _prepared(
+    llm: BaseLanguageModel[Any], window: int | None
+) -> Runnable[dict[str, Any], dict[str, Any]]:
+    """``{"question", "documents"}`` plus ``fit`` (the passages given) and a fresh ``ending``."""
+    return RunnablePassthrough.assign(
+        fit=_fit(llm, window),
+        ending=RunnableLambda(lambda _: AnswerEnding(), name="answer_ending"),
     )
-    strip = RunnableGenerator(
-        strip_reasoning_stream, astrip_reasoning_stream, name="strip_reasoning"
-    )
-    return to_prompt | prompt | llm | StrOutputParser() | strip
 
 
 def _answered(
-    llm: BaseLanguageModel[Any], window: int | None
+    llm: BaseLanguageModel[Any], window: int | None, guard: bool
 ) -> Runnable[dict[str, Any], dict[str, Any]]:
-    """``{"question", "documents"}`` plus ``fit``, then the streamed ``answer``."""
-    return RunnablePassthrough.assign(fit=_fit(llm, window)) | RunnablePassthrough.assign(
-        answer=_generate(llm)
-    )
+    """``{"question", "documents"}`` plus ``fit`` and ``ending``, then the streamed ``answer``."""
+    return _prepared(llm, window) | RunnablePassthrough.assign(answer=_generate(llm, guard))
 
 
 def _context_report() -> dict[str, Runnable[dict[str, Any], Any]]:
@@ -397,33 +582,38 @@ def _context_report() -> dict[str, Runnable[dict[str, Any], Any]]:
         "context_documents": RunnableLambda(lambda out: out["fit"].documents),
         "dropped_documents": RunnableLambda(lambda out: out["fit"].dropped),
         "context_note": RunnableLambda(lambda out: out["fit"].note),
+        "answer_ending": RunnableLambda(lambda out: out["ending"].reason),
+        "answer_note": RunnableLambda(lambda out: out["ending"].note),
     }
 
 
 def answer_from_documents(
-    llm: BaseLanguageModel[Any], *, context_window: int | None = None
+    llm: BaseLanguageModel[Any], *, context_window: int | None = None, guard: bool = True
 ) -> Runnable[dict[str, Any], str]:
     """A runnable from ``{"question", "documents"}`` to the answer text.
 
     The documents are fitted to the model's window first (`fit_context`); use
-    `answer_with_context` to also get what was left out. ``stream`` yields the answer's
-    text as the model writes it (reasoning removed).
+    `answer_with_context` to also get what was left out and how the answer ended.
+    ``stream`` yields the answer's text as the model writes it (reasoning removed; with
+    ``guard``, ended at a repeated sentence or at the last whole sentence before the
+    token cap: see the module docstring).
     """
-    chain = RunnablePassthrough.assign(fit=_fit(llm, context_window)) | _generate(llm)
+    chain = _prepared(llm, context_window) | _generate(llm, guard)
     return chain.with_config(run_name="answer")
 
 
 def answer_with_context(
-    llm: BaseLanguageModel[Any], *, context_window: int | None = None
+    llm: BaseLanguageModel[Any], *, context_window: int | None = None, guard: bool = True
 ) -> Runnable[dict[str, Any], dict[str, Any]]:
     """A runnable from ``{"question", "documents"}`` to the answer and its context.
 
-    Returns ``{"answer", "context_documents", "dropped_documents", "context_note"}``
-    (see `fit_context`). ``stream`` yields ``{"answer": text}`` chunks as the model
-    writes, then the context keys.
+    Returns ``{"answer", "context_documents", "dropped_documents", "context_note",
+    "answer_ending", "answer_note"}`` (see `fit_context` and `AnswerEnding`). ``stream``
+    yields ``{"answer": text}`` chunks as the model writes, then the other keys.
+    ``guard=False`` leaves the model's text as it was written.
     """
     chain = (
-        _answered(llm, context_window)
+        _answered(llm, context_window, guard)
         | RunnablePassthrough.assign(**_context_report())
         | RunnablePick(list(_CONTEXT_KEYS))
     )
@@ -431,20 +621,27 @@ def answer_with_context(
 
 
 def build_answer_chain(
-    retriever: BaseRetriever, llm: BaseLanguageModel[Any], *, context_window: int | None = None
+    retriever: BaseRetriever,
+    llm: BaseLanguageModel[Any],
+    *,
+    context_window: int | None = None,
+    guard: bool = True,
 ) -> Runnable[str, dict[str, Any]]:
     r"""A runnable from a question to the retrieved passages, the answer and its sources.
 
     Returns ``{"question", "documents", "answer", "sources", "context_documents",
-    "dropped_documents", "context_note"}``: ``documents`` are the retrieved passages,
-    ``context_documents`` those the answer model was given (see `fit_context`), which
-    ``sources`` refers to.
+    "dropped_documents", "context_note", "answer_ending", "answer_note"}``:
+    ``documents`` are the retrieved passages, ``context_documents`` those the answer
+    model was given (see `fit_context`), which ``sources`` refers to; ``answer_ending``
+    and ``answer_note`` say whether the answer was stopped at a repeated sentence or
+    ended at its last whole sentence at the model's token cap (`AnswerEnding`; both None
+    when the model ended by itself). ``guard=False`` leaves the model's text as written.
 
     ``stream``/``astream`` yield dict chunks as they come: ``{"question"}``, then
     ``{"documents"}`` when retrieval is done, then one ``{"answer": text}`` per piece of
-    the answer as the model writes it (reasoning removed), then ``{"sources"}`` and the
-    context keys once the answer is complete. Adding the chunks up gives ``invoke``'s
-    result.
+    the answer as the model writes it (reasoning removed; a sentence at a time near the
+    token cap), then ``{"sources"}`` and the other keys once the answer is complete.
+    Adding the chunks up gives ``invoke``'s result.
 
     Example:
         >>> for chunk in chain.stream("Who invented the Fresnel lens?"):  # doctest: +SKIP
@@ -458,7 +655,7 @@ def build_answer_chain(
     )
     chain = (
         RunnableParallel(question=RunnablePassthrough(), documents=retriever)
-        | _answered(llm, context_window)
+        | _answered(llm, context_window, guard)
         | RunnablePassthrough.assign(sources=sources, **_context_report())
         | RunnablePick(list(ANSWER_CHAIN_KEYS))
     )

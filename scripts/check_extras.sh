@@ -101,7 +101,16 @@ from tqdm.notebook import IProgress
 
 assert IProgress is not None, "ipywidgets missing: no progress bars in notebooks"
 import hyde_lc.evaluation, hyde_lc.models.local_llm, hyde_lc.models.local_embeddings
+import nbformat.v4 as v4
+
+# a notebook that imports hyde_lc, for `jupyter nbconvert --execute` below
+cells = [v4.new_code_cell("import hyde_lc\nprint('kernel', hyde_lc.__name__)")]
+nbformat.write(v4.new_notebook(cells=cells), "check.ipynb")
 EOF
+    jupyter lab --version >/dev/null  # what `make notebooks-open` starts
+    jupyter nbconvert --to notebook --execute --output checked check.ipynb 2>nbconvert.log \
+        || { cat nbconvert.log; false; }
+    grep -q "kernel hyde_lc" checked.ipynb
 }
 
 check_peers() {

@@ -105,6 +105,9 @@ class Answered:
     context: list[Any]
     dropped: list[Any] = field(default_factory=list)
     note: str | None = None
+    ending: str | None = None
+    """``repeated_sentence`` or ``token_cap`` when the answer was ended early, else None."""
+    ending_note: str | None = None
 
 
 def _write(text: str) -> None:
@@ -139,7 +142,12 @@ def _answer(llm: Any, result: Any, stream: bool) -> Answered:
             wrapped.close()
             out["answer"] = wrapped.text
     return Answered(
-        out["answer"], out["context_documents"], out["dropped_documents"], out["context_note"]
+        out["answer"],
+        out["context_documents"],
+        out["dropped_documents"],
+        out["context_note"],
+        out["answer_ending"],
+        out["answer_note"],
     )
 
 
@@ -242,6 +250,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
                     "answer": None if answered is None else answered.text,
                     "sources": sources,
                     "context_note": None if answered is None else answered.note,
+                    "answer_ending": None if answered is None else answered.ending,
+                    "answer_note": None if answered is None else answered.ending_note,
                     "dropped_documents": [
                         {"rank": rank, "citation": citation(doc), "id": doc.id}
                         for rank, doc in enumerate(
@@ -255,8 +265,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
         )
         return 0
     if answered is not None:
-        if answered.note:
-            print(f"Note: {shown_line(answered.note)}")
+        for note in (answered.ending_note, answered.note):
+            if note:
+                print(f"Note: {shown_line(note)}")
         if sources:
             print("Sources: " + shown_line("; ".join(sources)))
     print("\n--- Timings ---")

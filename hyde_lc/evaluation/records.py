@@ -37,7 +37,11 @@ form. The record is a Ragas 0.4
   ``neighbors_note`` (the store could not give neighbours);
 - what the answer model was given: ``context_note`` (passages left out or cut to fit its
   context window, None when all fit), ``context_ids`` and ``dropped_context_ids``, and the
-  ``sources`` its answer cites.
+  ``sources`` its answer cites;
+- how the answer ended: ``answer_ending`` (``repeated_sentence``: stopped where the model
+  began to repeat a sentence; ``token_cap``: the model reached its token cap, and the
+  answer ends at its last whole sentence; None: the model ended by itself) and
+  ``answer_note`` saying what was left out (`hyde_lc.answer.AnswerEnding`).
 
 Tokens are recorded per stage by a callback handler attached to that stage only, so two
 stages that share one model are still reported apart (`hyde_lc.evaluation.usage`).
@@ -521,6 +525,8 @@ class EvaluationPipeline:
                 None,
             ),
             "context_note": None if answered is None else answered["context_note"],
+            "answer_ending": None if answered is None else answered["answer_ending"],
+            "answer_note": None if answered is None else answered["answer_note"],
             "context_ids": [context_id(d) for d in given],
             "dropped_context_ids": [context_id(d) for d in dropped],
             "sources": [] if answer is None else cited_sources(answer, given),

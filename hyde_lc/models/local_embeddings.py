@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -32,6 +33,7 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
+from hyde_lc.core.teardown import RELEASE_SESSIONS, at_exit
 from hyde_lc.errors import MissingDependencyError
 from hyde_lc.models.weights import MINILM_ONNX, MINILM_TOKENIZER
 
@@ -58,6 +60,19 @@ def import_onnxruntime() -> Any:
     import onnxruntime
 
     return onnxruntime
+
+
+_LOADED: weakref.WeakValueDictionary[int, OnnxSentenceEmbeddings] = weakref.WeakValueDictionary()
+"""Encoders holding ONNX sessions: released at exit (`hyde_lc.core.teardown`)."""
+
+
+def _release_sessions() -> None:
+    """Let go of every encoder's sessions, and their thread pools, at exit.
+
+    Done while ONNX Runtime is whole; an encoder used afterwards loads them again.
+    """
+    for encoder in list(_LOADED.values()):
+        encoder.release_sessions()
 
 
 def _session(onnxruntime: Any, model: Path, threads: int) -> Any:
@@ -144,8 +159,15 @@ class OnnxSentenceEmbeddings(BaseModel, Embeddings):
                     else _session(onnxruntime, model, self.query_threads)
                 )
                 self._tokenizer = tokenizer
-        session = self._query_session if texts <= SMALL_CALL else self._session
-        return session, self._tokenizer
+                _LOADED[id(self)] = self
+                at_exit("onnx sessions", RELEASE_SESSIONS, _release_sessions)
+            session = self._query_session if texts <= SMALL_CALL else self._session
+            return session, self._tokenizer
+
+    def release_sessions(self) -> None:
+        """Let go of the ONNX sessions (and their thread pools); the next call loads them."""
+        with self._lock:
+            self._session = self._query_session = None
 
     def _embed_batch(self, texts: list[str]) -> np.ndarray:
         session, tokenizer = self._load(len(texts))

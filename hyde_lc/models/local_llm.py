@@ -28,7 +28,10 @@ Every request can be stopped: it is streamed token by token, and it ends within 
 decoding step when the caller stops reading, when its awaiting task is cancelled, or
 when the `hyde_lc.core.cancellation.CancelScope` it runs under is cancelled (what
 `hyde_lc.hyde.hypotheses.write_hypotheses` does on timeout). A stopped request frees its slot
-at once, so the next call (the answer, say) never queues behind abandoned work.
+at once, so the next call (the answer, say) never queues behind abandoned work. A call
+given ``stop_when=`` (a function of the text written so far) ends where it returns True,
+as if it had reached a stop sequence: the answer chain stops an answer that begins to
+repeat itself this way (`hyde_lc.core.sentences`).
 
 The context window is ``context_size`` tokens per request (prompt plus output), 4,096 by
 default or ``HYDE_LC_N_CTX``. The engine also listens on a random 127.0.0.1 port, guarded
@@ -45,7 +48,6 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import atexit
 import json
 import math
 import os
@@ -55,7 +57,7 @@ import secrets
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +78,7 @@ from pydantic import Field
 
 from hyde_lc.core.cancellation import CancelScope, GenerationCancelled, cancel_scope, current_scope
 from hyde_lc.core.settings import settings
+from hyde_lc.core.teardown import CLOSE_ENGINES, STOP_WORK, at_exit
 from hyde_lc.errors import (
     HydeLcError,
     MissingDependencyError,
@@ -97,7 +100,7 @@ class _InFlight:
     still running while the interpreter finalises would take the GIL in a dying thread,
     which aborts the process ("FATAL: exception not rethrown"). At exit every call is
     told to stop, and the exit waits (one decoding step, at most ``_EXIT_WAIT_S``) until
-    none is left inside the engine.
+    none is left inside the engine; then the engines are closed (`hyde_lc.core.teardown`).
     """
 
     def __init__(self) -> None:
@@ -122,7 +125,7 @@ class _InFlight:
 
 
 _IN_FLIGHT = _InFlight()
-atexit.register(_IN_FLIGHT.stop_all)
+at_exit("llama.cpp generations", STOP_WORK, _IN_FLIGHT.stop_all)
 
 
 class ContextWindowError(HydeLcError):
@@ -275,7 +278,20 @@ def _engine(model_path: str, context_size: int, parallel: int, threads: int, pol
                 address=str(server.listening_address or ""),
                 api_key=api_key,
             )
+            at_exit("llama.cpp engines", CLOSE_ENGINES, _close_engines)
         return _ENGINES[key]
+
+
+def _close_engines() -> None:
+    """Close every loaded engine, at exit: each stops its loop and joins its threads.
+
+    Called once generations have stopped (`hyde_lc.core.teardown`), so that the servers
+    are freed now, in order, and not in whatever order finalisation collects them.
+    """
+    with _ENGINES_LOCK:
+        engines = list(_ENGINES.values())
+        _ENGINES.clear()
+    del engines  # the last references: each server's destructor runs here
 
 
 def _role(message: BaseMessage) -> str:
@@ -480,7 +496,7 @@ class LocalChatModel(BaseChatModel):
         message = error.get("message", error) if isinstance(error, dict) else error
         return HydeLcError(f"llama.cpp failed on {self.resolved_model_name}: {message}")
 
-    def _events(self, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    def _events(self, request: dict[str, Any]) -> Generator[dict[str, Any], None, None]:
         """Stream the engine's chunks for ``request``; stoppable (see the module docstring).
 
         llama.cpp streams through a callback on the calling thread, and stops a request
@@ -565,28 +581,59 @@ class LocalChatModel(BaseChatModel):
         finally:
             abandoned.set()  # a consumer that stops early stops the engine too
 
-    def _chunks(self, request: dict[str, Any]) -> Iterator[ChatGenerationChunk]:
-        for item in self._events(request):
-            text = ""
-            metadata: dict[str, Any] = {}
-            if item.get("choices"):
-                choice = item["choices"][0]
-                text = choice.get("delta", {}).get("content") or ""
-                if choice.get("finish_reason"):
-                    metadata = {
-                        "finish_reason": choice["finish_reason"],
-                        "model_name": self.resolved_model_name,
-                    }
-            if item.get("timings"):
-                metadata["timings"] = item["timings"]
-            usage = _usage(item.get("usage"))
-            if not text and not usage and not metadata:
-                continue
-            yield ChatGenerationChunk(
-                message=AIMessageChunk(
-                    content=text, usage_metadata=usage, response_metadata=metadata
+    def _chunks(
+        self, request: dict[str, Any], stop_when: Callable[[str], bool] | None = None
+    ) -> Iterator[ChatGenerationChunk]:
+        """The engine's chunks as LangChain's; ``stop_when(text so far)`` ends them early.
+
+        A generation that ``stop_when`` ends is stopped like one whose caller stops
+        reading, and its last chunk reports ``finish_reason`` ``"stop"`` and the tokens
+        read and written so far (llama.cpp's running counts).
+        """
+        if stop_when is not None:
+            request = {**request, "timings_per_token": True}
+        written = ""
+        timings: dict[str, Any] = {}
+        events = self._events(request)
+        try:
+            for item in events:
+                text = ""
+                metadata: dict[str, Any] = {}
+                if item.get("choices"):
+                    choice = item["choices"][0]
+                    text = choice.get("delta", {}).get("content") or ""
+                    if choice.get("finish_reason"):
+                        metadata = {
+                            "finish_reason": choice["finish_reason"],
+                            "model_name": self.resolved_model_name,
+                        }
+                if item.get("timings"):
+                    timings = item["timings"]
+                    if stop_when is None or item.get("usage"):  # running counts stay here
+                        metadata["timings"] = timings
+                usage = _usage(item.get("usage"))
+                if not text and not usage and not metadata:
+                    continue
+                yield ChatGenerationChunk(
+                    message=AIMessageChunk(
+                        content=text, usage_metadata=usage, response_metadata=metadata
+                    )
                 )
-            )
+                written += text
+                if stop_when is not None and text and stop_when(written):
+                    yield self._stopped_early(timings)
+                    return
+        finally:
+            events.close()  # a request stopped early stops the engine at once
+
+    def _stopped_early(self, timings: dict[str, Any]) -> ChatGenerationChunk:
+        read = int(timings.get("prompt_n", 0)) + int(timings.get("cache_n", 0))
+        wrote = int(timings.get("predicted_n", 0))
+        usage = UsageMetadata(input_tokens=read, output_tokens=wrote, total_tokens=read + wrote)
+        metadata = {"finish_reason": "stop", "model_name": self.resolved_model_name}
+        return ChatGenerationChunk(
+            message=AIMessageChunk(content="", usage_metadata=usage, response_metadata=metadata)
+        )
 
     def _generate(
         self,
@@ -598,7 +645,8 @@ class LocalChatModel(BaseChatModel):
         parts: list[str] = []
         usage: UsageMetadata | None = None
         metadata: dict[str, Any] = {"model_name": self.resolved_model_name}
-        for chunk in self._chunks(self._request(messages, stop, **kwargs)):
+        stop_when = kwargs.pop("stop_when", None)
+        for chunk in self._chunks(self._request(messages, stop, **kwargs), stop_when):
             parts.append(chunk.text)
             usage = chunk.message.usage_metadata or usage  # type: ignore[attr-defined]
             metadata.update(chunk.message.response_metadata)
@@ -636,7 +684,8 @@ class LocalChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        for chunk in self._chunks(self._request(messages, stop, **kwargs)):
+        stop_when = kwargs.pop("stop_when", None)
+        for chunk in self._chunks(self._request(messages, stop, **kwargs), stop_when):
             if run_manager and chunk.text:
                 run_manager.on_llm_new_token(chunk.text, chunk=chunk)
             yield chunk

@@ -32,4 +32,3 @@ def sample_store_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
 def sample_store(sample_store_dir: Path) -> HydeChroma:
     """The shared sample store, opened with the model it records (read it, never write to it)."""
     return open_store(sample_store_dir)
-

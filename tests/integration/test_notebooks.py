@@ -1,9 +1,11 @@
 """The notebooks: run top to bottom on the embedded models, stored with their outputs.
 
-Each notebook is executed here (so it never rots), shows real progress bars (ipywidgets,
-no "IProgress not found" warning), and is stored in the repository with the outputs of a
-run (hypotheses, scores, plots), so they can be read on a code host without running
-anything. Every module a notebook imports is declared by hyde-lc's ``notebooks`` extra.
+Each notebook is executed here as a user runs it, with ``jupyter nbconvert --to notebook
+--execute`` (so it never rots, and the ``notebooks`` extra's Jupyter does run it), with
+nothing reaching the network, shows real progress bars (ipywidgets, no "IProgress not
+found" warning), and is stored in the repository with the outputs of a run (hypotheses,
+scores, plots), so they can be read on a code host without running anything. Every module
+a notebook imports is declared by hyde-lc's ``notebooks`` extra.
 """
 
 from __future__ import annotations
@@ -11,13 +13,14 @@ from __future__ import annotations
 import ast
 import os
 import re
+import shutil
+import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 from packaging.requirements import Requirement
 
 pytestmark = pytest.mark.integration
@@ -52,21 +55,101 @@ def images(notebook: nbformat.NotebookNode) -> int:
     return len([o for o in outputs(notebook) if "image/png" in o.get("data", {})])
 
 
+ROOT = Path(__file__).parents[2]
+JUPYTER = Path(sys.executable).with_name("jupyter")
+
+# Loaded by every Python process of the run (nbconvert and the kernel it starts): a
+# connection or name lookup beyond this machine is refused and written down.
+OFFLINE = """
+import os, socket
+
+_LOG = os.environ["HYDE_LC_TEST_NETWORK_LOG"]
+with open(_LOG + ".guarded", "a", encoding="utf-8") as guarded:
+    guarded.write(f"{os.getpid()}\\n")  # this process runs with the guard
+
+
+def _local(host):
+    host = str(host)
+    return host in ("", "localhost", "::1", "0.0.0.0") or host.startswith("127.")
+
+
+def _refuse(what):
+    with open(_LOG, "a", encoding="utf-8") as log:
+        log.write(f"{what}\\n")
+    raise OSError(f"network use refused by the test: {what}")
+
+
+_connect, _connect_ex, _getaddrinfo = (
+    socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo
+)
+
+
+def connect(self, address):
+    if self.family in (socket.AF_INET, socket.AF_INET6) and not _local(address[0]):
+        _refuse(address)
+    return _connect(self, address)
+
+
+def connect_ex(self, address):
+    if self.family in (socket.AF_INET, socket.AF_INET6) and not _local(address[0]):
+        _refuse(address)
+    return _connect_ex(self, address)
+
+
+def getaddrinfo(host, *args, **kwargs):
+    if host is not None and not _local(host):
+        _refuse(host)
+    return _getaddrinfo(host, *args, **kwargs)
+
+
+socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo = (
+    connect, connect_ex, getaddrinfo
+)
+"""
+
+
+def executed_by_nbconvert(path: Path, folder: Path) -> tuple[nbformat.NotebookNode, str]:
+    """``path`` run by ``jupyter nbconvert --to notebook --execute`` in ``folder``, offline.
+
+    Returns the executed notebook and the network uses refused ("" when none).
+    """
+    assert JUPYTER.exists(), f"{JUPYTER} missing: the notebooks extra installs Jupyter"
+    guard = folder / "offline"
+    guard.mkdir()
+    (guard / "sitecustomize.py").write_text(OFFLINE, encoding="utf-8")
+    log = folder / "network.log"
+    log.touch()
+    copy = shutil.copy(path, folder / path.name)  # the run writes beside the notebook
+    env = {
+        **os.environ,
+        "HYDE_LC_QUICKSTART_LLM": "local:smollm2-135m",
+        "HYDE_LC_THREADS": os.environ.get("HYDE_LC_THREADS", "1"),
+        "HYDE_LC_TEST_NETWORK_LOG": str(log),
+        # the checkout under test first, then the guard
+        "PYTHONPATH": os.pathsep.join(
+            [str(ROOT), str(guard), *filter(None, [os.environ.get("PYTHONPATH")])]
+        ),
+    }
+    command = [
+        str(JUPYTER), "nbconvert", "--to", "notebook", "--execute", "--output", "executed",
+        "--ExecutePreprocessor.timeout=600", str(copy),
+    ]  # fmt: skip
+    run = subprocess.run(
+        command, cwd=folder, env=env, capture_output=True, text=True, timeout=1200, check=False
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    guarded = (folder / "network.log.guarded").read_text().split()
+    assert len(set(guarded)) >= 2, "the guard did not reach nbconvert and its kernel"
+    return nbformat.read(folder / "executed.ipynb", as_version=4), log.read_text()
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
-def test_notebook_executes_with_progress_bars(path, tmp_path, monkeypatch):
-    monkeypatch.setenv("HYDE_LC_QUICKSTART_LLM", "local:smollm2-135m")
-    monkeypatch.setenv("HYDE_LC_THREADS", os.environ.get("HYDE_LC_THREADS", "1"))
-    notebook = nbformat.read(path, as_version=4)
-    for cell in notebook.cells:
-        if cell.cell_type == "code":  # run from scratch, not from the stored outputs
-            cell.outputs, cell.execution_count = [], None
-    NotebookClient(
-        notebook,
-        timeout=600,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(tmp_path)}},
-    ).execute()
+def test_jupyter_nbconvert_runs_the_notebook_offline_with_progress_bars(path, tmp_path):
+    notebook, network = executed_by_nbconvert(path, tmp_path)
+    assert not network, f"the notebook reached for the network: {network}"
     assert not [o for o in outputs(notebook) if o.get("output_type") == "error"]
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert [cell.get("execution_count") for cell in code] == list(range(1, len(code) + 1))
     text = printed(notebook)
     for marker in EXPECTED[path.stem]:
         assert marker in text, marker
@@ -74,6 +157,15 @@ def test_notebook_executes_with_progress_bars(path, tmp_path, monkeypatch):
     assert "IProgress not found" not in text and "TqdmWarning" not in text
     bars = [o for o in outputs(notebook) if WIDGET in o.get("data", {})]
     assert bars, "no progress bar widget (the ingest shows one)"
+
+
+def test_the_notebooks_extra_opens_notebooks_in_jupyterlab():
+    """What ``make notebooks-open`` runs is installed, and knows its notebook server."""
+    run = subprocess.run(
+        [str(JUPYTER), "lab", "--version"], capture_output=True, text=True, check=False
+    )
+    assert run.returncode == 0 and re.match(r"\d+\.\d+", run.stdout), run.stderr
+    assert "notebooks-open:" in (ROOT / "Makefile").read_text()
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)

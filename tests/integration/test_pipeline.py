@@ -103,6 +103,8 @@ def test_answer_chain_answers_from_context(store_dir, writer):
         "context_documents",
         "dropped_documents",
         "context_note",
+        "answer_ending",
+        "answer_note",
     }
     assert len(out["documents"]) == 3 and out["answer"].strip()
 

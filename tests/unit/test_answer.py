@@ -68,6 +68,8 @@ def test_chain_returns_answer_documents_and_sources():
         "context_documents": DOCS,
         "dropped_documents": [],
         "context_note": None,
+        "answer_ending": None,
+        "answer_note": None,
     }
 
 

@@ -60,7 +60,14 @@ def check_stream_shape(chunks: list[dict[str, Any]]) -> None:
     assert answer_at == list(range(2, 2 + len(answer_at))), "answer pieces are contiguous"
     rest = keys[answer_at[-1] + 1 :]
     assert sorted(rest) == sorted(
-        ["sources", "context_documents", "dropped_documents", "context_note"]
+        [
+            "sources",
+            "context_documents",
+            "dropped_documents",
+            "context_note",
+            "answer_ending",
+            "answer_note",
+        ]
     )
 
 

@@ -168,6 +168,18 @@ def test_the_answer_is_printed_while_the_model_is_still_writing(
     assert "Sources: [1] " in out and out.index("Sources:") > out.index("--- Answer")
 
 
+def test_an_answer_cut_short_says_so_on_screen_and_in_the_record(capsys, store_dir, models):
+    looping = "Prisms bend the light [1]. They were made in Paris. Prisms bend the light [1]."
+    models["answer"] = FakeListChatModel(responses=[" ".join([looping] * 3)])
+    record = ask_json(capsys, store_dir, "--mode", "standard")
+    assert record["answer"] == "Prisms bend the light [1]. They were made in Paris."
+    assert record["answer_ending"] == "repeated_sentence"
+    assert "repeat a sentence" in record["answer_note"]
+    code, out, _ = run(capsys, "ask", QUESTION, "--store", str(store_dir), "--mode", "standard")
+    assert code == 0 and out.count("Prisms bend the light") == 1
+    assert "Note: answer: stopped where the model began to repeat a sentence" in out
+
+
 def test_the_context_note_is_printed_and_recorded(capsys, store_dir, models):
     # 740 tokens: the prompt, 512 for the answer and one or two of the short topics.
     models["answer"] = FakeListChatModel(
