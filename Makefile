@@ -34,8 +34,10 @@ demo: install-demo
 	$(BIN)/hyde-lc ingest --sample
 	$(BIN)/hyde-lc ask --mode hyde "$(QUESTION)"
 
+# The unit tests on both cores, then the integration tests one at a time.
 test: install
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/unit -n 2 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
 
 # The unit suite alone, on both cores: the quick loop while changing code.
 test-unit: install

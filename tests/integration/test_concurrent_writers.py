@@ -248,7 +248,7 @@ def reader_env(tmp_path, monkeypatch):
 def test_concurrent_writers_replacing_files_with_a_reader_checking_every_change(
     server, tmp_path, reader_env, writers
 ):
-    rounds = DOCS_PER_WRITER * 4  # each document added, then replaced three times
+    rounds = DOCS_PER_WRITER * 3  # each document added, then replaced twice
     folders, logs, outputs, procs = [], [], [], []
     for w in range(writers):
         folder = tmp_path / f"files-{w}"
