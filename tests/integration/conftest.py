@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.soak import CHROMA, ChromaServer, start_chroma_server
 from hyde_lc.ingest.files import ingest_paths
 from hyde_lc.store.vectorstore import HydeChroma, open_store
 from tests.fakes import SAMPLE_PDF, tree_digest
@@ -32,3 +33,13 @@ def sample_store_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
 def sample_store(sample_store_dir: Path) -> HydeChroma:
     """The shared sample store, opened with the model it records (read it, never write to it)."""
     return open_store(sample_store_dir)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ChromaServer]:
+    """A real ``chroma run`` of this test's own, stopped at its end."""
+    if not Path(CHROMA).exists():
+        pytest.skip("the `chroma` command (chromadb's server) is not installed")
+    running = start_chroma_server(tmp_path / "server-data")
+    yield running
+    running.stop()

@@ -393,11 +393,9 @@ def gguf_changed_with_its_time_put_back(ctx: Context) -> None:
     )
 
 
-@setup
-def readonly_store(ctx: Context) -> None:
-    """A copy of the sample store with every file and folder read-only."""
-    scratch_store(ctx)
-    paths = [ctx.store, *ctx.store.rglob("*")]
+def _read_only(ctx: Context, root: Path) -> None:
+    """``root`` and everything in it made read-only, made writable again at cleanup."""
+    paths = [root, *root.rglob("*")]
     for path in paths:
         path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
 
@@ -406,6 +404,13 @@ def readonly_store(ctx: Context) -> None:
             path.chmod(path.stat().st_mode | stat.S_IWUSR)
 
     ctx.cleanups.append(restore)
+
+
+@setup
+def readonly_store(ctx: Context) -> None:
+    """A copy of the sample store with every file and folder read-only."""
+    scratch_store(ctx)
+    _read_only(ctx, ctx.store)
 
 
 @setup
@@ -413,15 +418,7 @@ def readonly_index(ctx: Context) -> None:
     """A copy of the sample store whose BM25 index folder alone is read-only."""
     scratch_store(ctx)
     lexical = ctx.store / "hyde_lc_lexical"
-    paths = [lexical, *lexical.rglob("*")]
-    for path in paths:
-        path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
-
-    def restore() -> None:
-        for path in paths:
-            path.chmod(path.stat().st_mode | stat.S_IWUSR)
-
-    ctx.cleanups.append(restore)
+    _read_only(ctx, lexical)
     ctx.values["lexical"] = str(lexical)
 
 

@@ -30,7 +30,6 @@ from typing import Any
 
 import pytest
 
-from benchmarks.soak import CHROMA, start_chroma_server
 from hyde_lc import HyDERetriever, ingest_paths, open_store
 from hyde_lc.errors import StoreBusyError, StoreUnavailableError
 from hyde_lc.search.lexical import lexical_search_for
@@ -223,15 +222,6 @@ def _index_matches_collection(store: Any) -> None:
     assert set(index.contents()) == {str(i) for i in got["ids"]}
     result = hybrid.audit()
     assert result is not None and not result.changed, result
-
-
-@pytest.fixture
-def server(tmp_path):
-    if not Path(CHROMA).exists():
-        pytest.skip("the `chroma` command (chromadb's server) is not installed")
-    running = start_chroma_server(tmp_path / "server-data")
-    yield running
-    running.stop()
 
 
 @pytest.fixture

@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 
-from benchmarks.soak import CHROMA, start_chroma_server
 from hyde_lc import HyDERetriever, open_store
 from hyde_lc.search.lexical import lexical_search_for
 from hyde_lc.store.collection import HybridCollection
@@ -187,15 +186,6 @@ def _start_writer(url: str, log: Path, cache: Path, output: Path) -> subprocess.
         return subprocess.Popen(
             [*argv, str(ROUNDS)], cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT
         )
-
-
-@pytest.fixture
-def server(tmp_path):
-    if not Path(CHROMA).exists():
-        pytest.skip("the `chroma` command (chromadb's server) is not installed")
-    running = start_chroma_server(tmp_path / "server-data")
-    yield running
-    running.stop()
 
 
 def test_a_write_by_one_client_is_seen_by_the_next_query_of_another(server, tmp_path, monkeypatch):
