@@ -539,7 +539,7 @@ class HybridCollection:
                 self.chroma.reopen()
                 yield
             return
-        key = f"{self.chroma.server}/{self.chroma.name}"
+        key = self._lease_key
         with _PROCESS_LOCK:
             lock = _SERVER_LOCKS.setdefault(key, threading.RLock())
         with lock:
@@ -554,9 +554,14 @@ class HybridCollection:
                 finally:
                     del _LEASES[key]
 
+    @property
+    def _lease_key(self) -> str:
+        """The collection's key in `_LEASES` and `_SERVER_LOCKS` (server and name)."""
+        return f"{self.chroma.server}/{self.chroma.name}"
+
     def check_lease(self) -> None:
         """Before a change: refuse if this process's writer lease may have been taken over."""
-        lease = _LEASES.get(f"{self.chroma.server}/{self.chroma.name}")
+        lease = _LEASES.get(self._lease_key)
         if lease is not None:
             lease.check()
 
@@ -1155,7 +1160,7 @@ class HybridCollection:
         snap = self._snapshot
         if self.chroma.server is None or snap is None or snap.writing is None:
             return None
-        if f"{self.chroma.server}/{self.chroma.name}" in _LEASES:
+        if self._lease_key in _LEASES:
             return None  # this process's own write: indexed as it goes
         return (
             "another client is writing this collection: the chunks its write has made "
