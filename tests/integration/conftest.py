@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,11 @@ from benchmarks.soak import CHROMA, ChromaServer, start_chroma_server
 from hyde_lc.ingest.files import ingest_paths
 from hyde_lc.store.vectorstore import HydeChroma, open_store
 from tests.fakes import SAMPLE_PDF, tree_digest
+
+# llama.cpp on every core stalls when the machine has other work (BENCHMARKS.md, "llama.cpp
+# threads and polling on 2 cores"), and CI shares its machine: the real local models run on
+# one thread here, in this process and in the commands it starts, unless the shell says so.
+os.environ.setdefault("HYDE_LC_THREADS", "1")
 
 
 @pytest.fixture(scope="session")

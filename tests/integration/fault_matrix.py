@@ -103,7 +103,8 @@ def load_cases(path: Path = MATRIX) -> list[Case]:
 
 
 def base_env() -> dict[str, str]:
-    """The environment of every run: no user settings, the small local LLM for both roles."""
+    """The environment of every run: no user settings, the small local LLM for both roles
+    on one thread."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -114,6 +115,7 @@ def base_env() -> dict[str, str]:
         HYDE_LC_HYPOTHESIS_LLM=SMALL_LLM,
         HYDE_LC_ANSWER_LLM=SMALL_LLM,
         HYDE_LC_EMBEDDINGS="local:minilm",
+        HYDE_LC_THREADS="1",  # steady on a shared machine (see tests/integration/conftest.py)
     )
     return env
 
