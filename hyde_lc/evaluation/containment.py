@@ -1,4 +1,4 @@
-"""Is a reference context inside a retrieved chunk? Context precision and recall by containment.
+r"""Is a reference context inside a retrieved chunk? Context precision and recall by containment.
 
 Ragas' offline context metrics (``NonLLMContextPrecisionWithReference``,
 ``NonLLMContextRecall``) compare a reference context with a retrieved chunk as whole
@@ -22,7 +22,7 @@ share of the reference contexts found in some chunk. A reference longer than eve
 shorter than the chunks, which is when `hyde_lc.evaluation.ragas_metrics` picks them.
 
 Example:
-    >>> chunk = "Lighthouses guide ships. The first Fresnel lens was lit at\\nCordouan in 1823."
+    >>> chunk = "Lighthouses guide ships. The first Fresnel lens was lit at\nCordouan in 1823."
     >>> found_share("the first Fresnel lens was lit at Cordouan in 1823", chunk)
     1.0
     >>> contained_recall([chunk, "Keepers lived on the rock."], ["Fresnel lens was lit", "Pharos"])
@@ -47,10 +47,10 @@ _MISSING = "\uffff"
 
 
 def normalized(text: str) -> str:
-    """``text`` as containment compares it: NFKC, case folded, no whitespace or format marks.
+    r"""``text`` as containment compares it: NFKC, case folded, no whitespace or format marks.
 
     Example:
-        >>> normalized("Ｆｒｅｓｎｅｌ  Lens\\u00ad es")
+        >>> normalized("Ｆｒｅｓｎｅｌ  Lens\u00ad es")
         'fresnellenses'
 
     """

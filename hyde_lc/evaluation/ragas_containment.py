@@ -21,12 +21,12 @@ from typing import Any
 
 os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")  # before Ragas' first import, as ragas_metrics
 
-from langchain_core.callbacks import Callbacks  # noqa: E402
-from ragas.dataset_schema import SingleTurnSample  # noqa: E402
-from ragas.metrics.base import MetricType, SingleTurnMetric  # noqa: E402
-from ragas.run_config import RunConfig  # noqa: E402
+from langchain_core.callbacks import Callbacks
+from ragas.dataset_schema import SingleTurnSample
+from ragas.metrics.base import MetricType, SingleTurnMetric
+from ragas.run_config import RunConfig
 
-from hyde_lc.evaluation.containment import (  # noqa: E402
+from hyde_lc.evaluation.containment import (
     FOUND_AT,
     contained_precision,
     contained_recall,

@@ -267,18 +267,21 @@ def score_records(
     judge_embeddings: Embeddings | None = None,
     show_progress: bool = False,
     timeout: float | None = None,
+    choose_on: Sequence[dict[str, Any]] | None = None,
 ) -> Scores:
     """Per-record scores ``{metric: value or None}``, in the order of ``records``.
 
     ``metrics`` defaults to every metric the given judges allow (`choose_metrics`): the
     offline ones, plus the judged ones with ``judge_llm`` (``answer_relevancy`` only with
     ``judge_embeddings`` too); those left out are logged and listed in the result's
-    ``left_out``; the context pair picked for these records (`choose_context_metrics`) is
-    in the result's ``chosen``, with why. A metric a record lacks the columns for scores
-    ``None`` for that record; a metric no record can be scored on is in the result's
-    ``not_scored``, with why, and so is one that gave no score on a record it ran on (the
-    judge did not finish its output, its reply could not be parsed, a timeout...: the
-    exception Ragas caught, with what to do, and on how many records).
+    ``left_out``; the context pair picked for these records (`choose_context_metrics`; on
+    ``choose_on`` when given: `compare_modes` gives every mode's records, so that all
+    modes run the same pair) is in the result's ``chosen``, with why. A metric a record
+    lacks the columns for scores ``None`` for that record; a metric no record can be
+    scored on is in the result's ``not_scored``, with why, and so is one that gave no
+    score on a record it ran on (the judge did not finish its output, its reply could not
+    be parsed, a timeout...: the exception Ragas caught, with what to do, and on how many
+    records).
     ``timeout`` bounds one Ragas job (one metric on one record, several judge calls); by
     default 180 s as in Ragas, and 1,800 s for a local judge, whose calls run one at a time
     on the CPU (with Ragas' default, a 1.5B local judge timed out on every job).
@@ -286,8 +289,9 @@ def score_records(
     left_out: dict[str, str] = {}
     why_chosen: dict[str, str] = {}
     if metrics is None:
-        chosen, left_out = choose_metrics(judge_llm, judge_embeddings, records)
-        pair, why = choose_context_metrics(records)
+        on = records if choose_on is None else choose_on
+        chosen, left_out = choose_metrics(judge_llm, judge_embeddings, on)
+        pair, why = choose_context_metrics(on)
         if why is not None:
             why_chosen = dict.fromkeys(pair, why)
         if judge_llm is not None and left_out:
@@ -311,9 +315,7 @@ def score_records(
         )
     if "answer_relevancy" in judged and judge_embeddings is None:
         raise HydeLcError("answer_relevancy needs judge_embeddings (e.g. load_embeddings())")
-    scores = Scores(
-        [dict.fromkeys(chosen) for _ in records], left_out=left_out, chosen=why_chosen
-    )
+    scores = Scores([dict.fromkeys(chosen) for _ in records], left_out=left_out, chosen=why_chosen)
     for name in chosen:
         class_name, needs = {**OFFLINE_METRICS, **JUDGED_METRICS}[name]
         rows = [

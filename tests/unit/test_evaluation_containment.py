@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import json
 
-from hyde_lc.evaluation import choose_metrics, score_records
+import pytest
+from ragas.exceptions import LLMDidNotFinishException
+
+from hyde_lc.cli.evaluate import chosen_notes, null_notes
+from hyde_lc.evaluation import EvaluationPipeline, choose_metrics, compare_modes, score_records
 from hyde_lc.evaluation.containment import (
     contained_precision,
     contained_recall,
@@ -17,7 +21,7 @@ from hyde_lc.evaluation.ragas_metrics import (
     choose_context_metrics,
 )
 from hyde_lc.evaluation.scoring_failures import NO_ERROR, failure_reason
-from tests.fakes import ScriptedChat
+from tests.fakes import ScriptedChat, WordCountChat
 
 SENTENCE = "The first Fresnel lens was installed in the Cordouan lighthouse in 1823."
 FILLER = (
@@ -32,7 +36,9 @@ def chunk_with(sentence: str, before: int = 5, after: int = 5) -> str:
 
 
 def test_a_reference_inside_a_chunk_is_found_whatever_its_spacing_and_case():
-    chunk = chunk_with("The first Fresnel lens was installed\nin the  Cordouan\tLighthouse in 1823.")
+    chunk = chunk_with(
+        "The first Fresnel lens was installed\nin the  Cordouan\tLighthouse in 1823."
+    )
     assert len(chunk) > 1000
     assert found_share(SENTENCE.upper(), chunk) == 1.0
     assert found_share("ＴＨＥ  first Fresnel lens", chunk) == 1.0  # full-width (NFKC)
@@ -142,3 +148,40 @@ def test_failures_are_counted_by_kind_and_unknown_ones_keep_their_message():
     assert "(on 1); Ragas raised RuntimeError: model exploded (on 1); " in reason
     assert reason.endswith(f"{NO_ERROR} (on 1)")  # a NaN without an exception
     assert failure_reason({}, rows=2, unscored=2) == NO_ERROR
+
+
+def test_compare_chooses_one_context_pair_for_every_mode_and_says_why(tmp_path, store):
+    llm = WordCountChat(replies={"Passage:": "Lenses and prisms.", "Context:": "Prisms. [1]"})
+    rows = [
+        {"question": "How do lighthouse lenses work?", "reference_contexts": ["concentric prisms"]},
+        {"question": "Who wound the clockwork?", "reference_contexts": ["wound the clockwork"]},
+    ]
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
+    pipelines = {
+        mode: EvaluationPipeline.from_settings(
+            store=store, mode=mode, k=k, custom_hyde_llm=llm, custom_answer_llm=llm
+        )
+        for mode, k in (("standard", 1), ("hyde", 3))
+    }
+    report = compare_modes(questions, pipelines, tmp_path / "report", progress=False)
+    assert set(report.chosen) == set(CONTAINED_PAIR)
+    for mode in ("standard", "hyde"):
+        assert report.aggregates[mode]["contained_context_recall"] is not None
+        assert "context_recall" not in report.aggregates[mode]
+    summary = json.loads((report.out_dir / "summary.json").read_text("utf-8"))
+    assert summary["metrics_chosen"] == report.chosen
+    assert summary["not_scored"]["id_context_recall"] == "no record has reference_context_ids"
+    page = report.html_path.read_text("utf-8")
+    assert "contained_context_precision, contained_context_recall: chosen: the reference" in page
+    assert "no score: no record has reference_context_ids" in page
+
+
+def test_the_cli_says_which_pair_ran_and_how_to_give_the_judge_more_tokens():
+    reason = failure_reason({0: LLMDidNotFinishException()}, rows=1, unscored=1)
+    (note,) = null_notes({"faithfulness": reason}, "qs.jsonl")
+    assert note.startswith("faithfulness: null: the judge did not finish its output")
+    assert note.endswith("(from the command line: --judge-max-tokens, 1024 by default)")
+    assert chosen_notes(dict.fromkeys(CONTAINED_PAIR, "short references")) == [
+        "contained_context_precision, contained_context_recall: chosen: short references"
+    ]
