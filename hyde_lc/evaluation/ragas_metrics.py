@@ -336,9 +336,8 @@ def score_records(
             scores[i][name] = value
         unscored = sum(value is None for value in values)
         if unscored:
-            scores.not_scored[name] = failure_reason(
-                failures.errors, rows=len(rows), unscored=unscored
-            )
+            errors = {j: e for j, e in failures.errors.items() if values[j] is None}
+            scores.not_scored[name] = failure_reason(errors, rows=len(rows), unscored=unscored)
     return scores
 
 
