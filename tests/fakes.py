@@ -208,6 +208,8 @@ class ScriptedChat(BaseChatModel):
     )
     delay: float = 0.0
     error: bool = False
+    finish_reason: str | None = None
+    """Reported in each reply's metadata ("length": stopped at the token cap)."""
     counter: Any = Field(default_factory=itertools.count)
     log: list[str] = Field(default_factory=list)
     rendezvous: int = 0
@@ -234,7 +236,9 @@ class ScriptedChat(BaseChatModel):
 
     def _result(self, text: str) -> ChatResult:
         msg = AIMessage(
-            content=text, usage_metadata={"input_tokens": 5, "output_tokens": 7, "total_tokens": 12}
+            content=text,
+            usage_metadata={"input_tokens": 5, "output_tokens": 7, "total_tokens": 12},
+            response_metadata={"finish_reason": self.finish_reason} if self.finish_reason else {},
         )
         return ChatResult(generations=[ChatGeneration(message=msg)])
 

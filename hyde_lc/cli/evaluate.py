@@ -31,6 +31,7 @@ from hyde_lc.cli.options import (
     non_negative_int,
     open_collection,
     open_hypothesis_cache,
+    positive_int,
     resolve_mode,
     unit_interval,
 )
@@ -38,6 +39,8 @@ from hyde_lc.cli.render import WIDTH, json_text, shown_line, timings_line
 from hyde_lc.errors import HydeLcError
 
 OFFLINE_METRICS = (
+    "contained_context_precision",
+    "contained_context_recall",
     "context_precision",
     "context_recall",
     "id_context_precision",
@@ -107,13 +110,17 @@ def _judge(args: argparse.Namespace) -> tuple[Any, Any]:
     from hyde_lc.models.loading import load_embeddings, load_llm
 
     # Ragas discards a judge reply cut at max_tokens, and its JSON replies run long.
-    return load_llm(args.judge, role="answer", max_tokens=1024), load_embeddings(args.embeddings)
+    judge = load_llm(args.judge, role="answer", max_tokens=args.judge_max_tokens)
+    return judge, load_embeddings(args.embeddings)
 
 
-def _metrics(args: argparse.Namespace) -> list[str]:
-    if args.metrics:
-        return list(args.metrics)
-    return [*OFFLINE_METRICS, *(JUDGED_METRICS if args.judge else ())]
+def _metrics(args: argparse.Namespace) -> list[str] | None:
+    """The metrics named, or None: every metric the judge allows (`score_records` picks).
+
+    Without names, the context pair is chosen on the records
+    (`hyde_lc.evaluation.ragas_metrics.choose_context_metrics`).
+    """
+    return list(args.metrics) if args.metrics else None
 
 
 _QUESTION_FIELDS = {
@@ -122,6 +129,20 @@ _QUESTION_FIELDS = {
     "reference": '"reference": "the expected answer"',
 }
 """What a question line needs for the metrics that read each field."""
+
+
+def chosen_notes(chosen: dict[str, str]) -> list[str]:
+    """Which metrics were picked for the records and why, one line per reason.
+
+    Example:
+        >>> chosen_notes({"a": "short references", "b": "short references"})
+        ['a, b: chosen: short references']
+
+    """
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in chosen.items():
+        by_reason.setdefault(reason, []).append(name)
+    return [f"{', '.join(names)}: chosen: {reason}" for reason, names in by_reason.items()]
 
 
 def null_notes(not_scored: dict[str, str], questions: str) -> list[str]:
@@ -146,6 +167,8 @@ q.jsonl "reference_contexts": [the passages that answer it]']
             )
         elif re.search(r"\bresponse\b", reason):
             line += " (answers are needed: run without --retrieval-only)"
+        elif "LLMDidNotFinishException" in reason:
+            line += " (from the command line: --judge-max-tokens, 1024 by default)"
         lines.append(line)
     return lines
 
@@ -208,7 +231,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             judge_embeddings=judge_embeddings,
         )
         print(json_text({"retrieval_method": pipeline.retrieval_method, **mean_scores(scores)}))
-        for note in null_notes(scores.not_scored, args.questions):
+        for note in [*chosen_notes(scores.chosen), *null_notes(scores.not_scored, args.questions)]:
             print(f"hyde-lc: {note}", file=sys.stderr)
     return 1 if summary.failed else 0
 
@@ -257,7 +280,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(textwrap.fill(ORDER_NOTE, WIDTH))
     if report.pairwise:
         print("judge: " + ", ".join(f"{k} {v}" for k, v in report.pairwise.items()))
-    for note in null_notes(report.not_scored, args.questions):
+    for note in [*chosen_notes(report.chosen), *null_notes(report.not_scored, args.questions)]:
         print(f"hyde-lc: {note}", file=sys.stderr)
     print(f"\nreport: {shown_line(str(report.html_path))}")
     return 0
@@ -306,13 +329,23 @@ def _metric_options(parser: argparse.ArgumentParser, metrics_for: str) -> None:
         "--metrics",
         nargs="+",
         choices=METRICS,
-        help=f"metrics {metrics_for} (default: the offline ones, and the judged ones with --judge)",
+        help=f"metrics {metrics_for} (default: the offline ones, and the judged ones with "
+        "--judge; of the two context precision/recall pairs, contained_* when the "
+        "reference contexts are under half as long as the chunks, else Ragas' string ones)",
     )
     parser.add_argument(
         "--judge",
         metavar="SPEC",
         type=given("a model spec", "--judge local:qwen2.5-coder-1.5b"),
         help="judge model for LLM-judged metrics",
+    )
+    parser.add_argument(
+        "--judge-max-tokens",
+        type=positive_int,
+        default=1024,
+        metavar="N",
+        help="the most tokens a judge reply may have (default 1024; Ragas gives no score "
+        "for a reply cut at this cap)",
     )
 
 

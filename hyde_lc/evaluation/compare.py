@@ -19,11 +19,17 @@ the same answer.
 
 The report directory holds:
 
-- ``report.html``: aggregate table, per-question table, and the plots below;
+- ``report.html``: aggregate table, per-question table, which context metrics ran and
+  why, why a metric has no score, and the plots below;
 - ``metrics.png`` (metric bars per mode), ``latency.png`` (mean seconds per stage per
   question, loading excluded; each mode's load time in its legend), ``tokens.png``
   (mean tokens per stage);
-- ``summary.json`` (everything in the tables) and the per-mode ``*.jsonl`` records.
+- ``summary.json`` (everything in the tables, ``metrics_chosen``, ``not_scored``) and
+  the per-mode ``*.jsonl`` records.
+
+The context precision/recall pair (containment or Ragas' string metrics, see
+`hyde_lc.evaluation.ragas_metrics`) is chosen once on every mode's records, so that all
+modes are scored alike.
 
 Optionally an LLM judge compares the two modes' answers question by question, asked in
 both orders so position bias cancels (a split verdict counts as a tie).
@@ -42,7 +48,8 @@ Example:
     ...     "standard": EvaluationPipeline.from_settings(mode="standard", lexical="off"),
     ...     "hybrid-hyde": EvaluationPipeline.from_settings(mode="hyde"),
     ... }, "compare-out")  # doctest: +SKIP
-    >>> report.aggregates["hybrid-hyde"]["context_recall"]  # doctest: +SKIP
+    >>> report.aggregates["hybrid-hyde"]["contained_context_recall"]  # doctest: +SKIP
+    >>> report.chosen  # which context metrics ran, and why  # doctest: +SKIP
     >>> report = compare_modes("qa.jsonl", {  # your own retriever beside hyde_lc's
     ...     "mine": my_store.as_retriever(search_kwargs={"k": 4}),
     ...     "hyde_lc": HyDERetriever(vectorstore=open_store(), k=4, n_hypotheses=0),
@@ -116,7 +123,11 @@ class ComparisonReport:
     (`EvaluationPipeline.warm_up`); empty when every question was answered already."""
     not_scored: dict[str, str] = field(default_factory=dict)
     """Metrics null in a mode, with why (`Scores.not_scored`), e.g. ``no record has
-    reference_contexts``; a reason that differs between modes names the mode."""
+    reference_contexts`` or the judge did not finish its output; a reason that differs
+    between modes names the mode."""
+    chosen: dict[str, str] = field(default_factory=dict)
+    """Metrics picked for these records, with why (`Scores.chosen`): which context
+    precision/recall pair ran, chosen once on every mode's records."""
 
     @property
     def html_path(self) -> Path:
@@ -252,18 +263,26 @@ def compare_modes(
                 load_s = {name: pipeline.warm_up() for name, pipeline in pipelines.items()}
             ask_in_turns(questions, runs, progress=progress)
         records: dict[str, list[dict[str, Any]]] = {}
-        scores: dict[str, list[dict[str, float | None]]] = {}
         for name in pipelines:
             by_key = {record_key(r): r for r in read_records(files[name])}
             records[name] = [by_key[q.key] for q in questions]  # the file may hold others too
-            scores[name] = score_records(
-                records[name], metrics, judge_llm=judge_llm, judge_embeddings=judge_embeddings
+        every_mode = [r for rows in records.values() for r in rows]
+        scores = {
+            name: score_records(
+                rows,
+                metrics,
+                judge_llm=judge_llm,
+                judge_embeddings=judge_embeddings,
+                choose_on=every_mode,  # one context pair for all modes
             )
-        report = _report(
-            questions, folder, records, scores, list(pipelines), pairwise_judge, load_s
-        )
-        report.not_scored = _not_scored(scores)
-        return report
+            for name, rows in records.items()
+        }
+        return _report(questions, folder, records, scores, list(pipelines), pairwise_judge, load_s)
+
+
+def _chosen(scores: Mapping[str, Sequence[dict[str, float | None]]]) -> dict[str, str]:
+    """Why each metric picked for the records was picked (the same in every mode)."""
+    return {k: v for rows in scores.values() for k, v in getattr(rows, "chosen", {}).items()}
 
 
 def _not_scored(scores: Mapping[str, Sequence[dict[str, float | None]]]) -> dict[str, str]:
@@ -365,7 +384,7 @@ def _report(
     questions: Sequence[Question],
     folder: Path,
     records: dict[str, list[dict[str, Any]]],
-    scores: dict[str, list[dict[str, float | None]]],
+    scores: Mapping[str, Sequence[dict[str, float | None]]],
     modes: list[str],
     pairwise_judge: BaseLanguageModel[Any] | None,
     load_s: dict[str, dict[str, float]],
@@ -399,7 +418,10 @@ def _report(
                 winner = {"first": first, "second": second}.get(verdict, "tie")
                 row["judge_prefers"] = winner
                 pairwise[winner] += 1
-    report = ComparisonReport(folder, modes, aggregates, per_question, pairwise, load_s)
+    report = ComparisonReport(
+        folder, modes, aggregates, per_question, pairwise, load_s,
+        not_scored=_not_scored(scores), chosen=_chosen(scores),
+    )  # fmt: skip
     write_report(report)
     return report
 
@@ -458,6 +480,25 @@ def _legend(mode: str, aggregates: dict[str, Any], filename: str) -> str:
     return f"{mode} (loading, once: {load:.1f} s)"
 
 
+def _metric_notes(report: ComparisonReport) -> str:
+    """The metrics chosen for these records and the null ones, each with why, as HTML."""
+    esc = html.escape
+    items = [
+        *(f"<li>{esc(', '.join(names))}: chosen: {esc(why)}</li>"
+          for why, names in _by_reason(report.chosen).items()),
+        *(f"<li>{esc(', '.join(names))}: no score: {esc(why)}</li>"
+          for why, names in _by_reason(report.not_scored).items()),
+    ]  # fmt: skip
+    return f"<h2>Metrics</h2><ul>{''.join(items)}</ul>" if items else ""
+
+
+def _by_reason(reasons: Mapping[str, str]) -> dict[str, list[str]]:
+    grouped: dict[str, list[str]] = {}
+    for name, why in reasons.items():
+        grouped.setdefault(why, []).append(name)
+    return grouped
+
+
 def write_report(report: ComparisonReport) -> None:
     """``summary.json``, the PNG plots and ``report.html`` into ``report.out_dir``."""
     summary = {
@@ -467,6 +508,8 @@ def write_report(report: ComparisonReport) -> None:
         "pairwise": report.pairwise,
         "load_s": report.load_s,
         "order": ORDER_NOTE,
+        "metrics_chosen": report.chosen,
+        "not_scored": report.not_scored,
     }
     (report.out_dir / "summary.json").write_text(
         json.dumps(summary, indent=2, ensure_ascii=False), "utf-8"
@@ -512,6 +555,7 @@ def write_report(report: ComparisonReport) -> None:
         if loading
         else "<p>Every question was answered by an earlier run: its loading is not known.</p>"
     )
+    notes = _metric_notes(report)
     heads = "".join(f"<th>{esc(m)}</th>" for m in report.modes)
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>hyde_lc comparison</title>
@@ -520,6 +564,7 @@ td,th{{border:1px solid #ccc;padding:4px 8px;vertical-align:top;text-align:left}
 </head><body><h1>hyde_lc: {esc(" vs ".join(report.modes))}</h1>
 <h2>Aggregate</h2><table><tr><th></th>{heads}</tr>{agg_rows}</table>
 {method}
+{notes}
 {"".join(f'<p><img src="{esc(i)}" alt="{esc(i)}"></p>' for i in images)}
 {judge}
 <h2>Per question</h2><table><tr><th>question</th>{heads}</tr>{q_rows}</table>

@@ -65,6 +65,8 @@ def results_table(
     ``to_pandas()`` DataFrame, or the list `score_records` returned; ``records``: the
     records scored, in the same order. With ``stage_tokens``, each stage's tokens get
     columns of their own (``answer_input_tokens``...), None where the stage is absent.
+    Given `score_records`' list, the table's ``attrs`` carry its ``chosen`` (which context
+    metrics ran, and why) and ``not_scored`` (why a metric is null).
     Raises `HydeLcError` when the rows and records do not pair up (count or question).
     """
     import pandas as pd
@@ -97,7 +99,11 @@ def results_table(
             for side in ("input_tokens", "output_tokens"):
                 extra[f"{stage}_{side}"] = [u.get(side) if u else None for u in used]
     added = pd.DataFrame(extra, index=frame.index)
-    return pd.concat([frame, added], axis=1)
+    table = pd.concat([frame, added], axis=1)
+    for note in ("chosen", "not_scored"):  # `Scores`' notes: why a metric ran, why it is null
+        if isinstance(getattr(scores, note, None), dict):
+            table.attrs[note] = dict(getattr(scores, note))
+    return table
 
 
 def _meta(record: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -99,6 +99,59 @@ def test_ragas_result_table_gets_each_real_records_tokens_cost_and_models(record
     assert list(table["input_tokens"]) == [r["metadata"]["input_tokens"] for r in out]
 
 
+REFERENCE_SENTENCES = {
+    "Who is credited with designing the Pharos of Alexandria?": (
+        "Ancient writers credit its design to the architect Sostratus of Cnidus."
+    ),
+    "Which is the oldest surviving sea-washed lighthouse, and who built it?": (
+        "In Scotland, the engineer Robert Stevenson built the Bell Rock Lighthouse on the "
+        "Inchcape Rock, a reef off the coast of Angus near Arbroath that is covered by the "
+        "sea for much of each day."
+    ),
+}
+"""Sentences of the sample document (its Markdown text) that answer a sample question."""
+
+
+def test_sentence_references_inside_retrieved_chunks_score_as_found(store_dir):
+    pipeline = EvaluationPipeline.from_settings(
+        store=open_store(store_dir), mode="standard", k=3, retrieval_only=True
+    )
+    records = [
+        pipeline.run(question, reference_contexts=[sentence])
+        for question, sentence in REFERENCE_SENTENCES.items()
+    ]
+    for record, sentence in zip(records, REFERENCE_SENTENCES.values(), strict=True):
+        chunks = record["retrieved_contexts"]  # the PDF's text: ~1,000 characters each
+        assert any(" ".join(sentence.split()) in " ".join(c.split()) for c in chunks), chunks
+        assert min(len(c) for c in chunks) > 4 * len(sentence)
+    scores = score_records(records)  # the default metrics
+    context_recall = {
+        name: [row[name] for row in scores]
+        for name in scores[0]
+        if name.endswith("context_recall") and not name.startswith("id_")
+    }
+    assert context_recall == {"contained_context_recall": [1.0, 1.0]}  # one pair, found
+    assert all(row["contained_context_precision"] > 0.0 for row in scores)
+    assert set(scores.chosen) == {"contained_context_precision", "contained_context_recall"}
+    # Ragas' string metrics, still there by name, read the same retrieval as a failure.
+    ragas = score_records(records, ["context_recall", "context_precision"])
+    assert [row["context_recall"] for row in ragas] == [0.0, 0.0]
+
+
+def test_a_real_judge_cut_at_its_token_cap_is_named_in_not_scored():
+    record = {
+        "user_input": "Who is credited with designing the Pharos of Alexandria?",
+        "response": "Sostratus of Cnidus is credited with designing the Pharos.",
+        "retrieved_contexts": list(REFERENCE_SENTENCES.values()),
+    }
+    judge = load_llm("local:smollm2-135m", role="answer", max_tokens=8)  # the engine is shared
+    scores = score_records([record], ["faithfulness"], judge_llm=judge)
+    assert scores[0]["faithfulness"] is None
+    reason = scores.not_scored["faithfulness"]
+    assert reason.startswith("the judge did not finish its output (LLMDidNotFinishException")
+    assert "max_tokens" in reason
+
+
 def _run(env, *args, **kwargs):
     return subprocess.run(
         [HYDE_LC, *args], env=env, capture_output=True, text=True, timeout=600, **kwargs

@@ -297,6 +297,22 @@ def test_evaluate_builds_the_configuration_its_options_name(capsys, store_dir, m
         assert [r["metadata"]["retrieval_method"] for r in records] == [label, label]
 
 
+def test_evaluate_score_names_the_context_pair_it_chose_and_why(
+    capsys, store_dir, models, tmp_path
+):
+    questions = tmp_path / "q.jsonl"
+    rows = [{"question": "How do lenses bend light?", "reference_contexts": ["concentric prisms"]}]
+    questions.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    code, stdout, err = run(
+        capsys, "evaluate", str(questions), "--out", str(tmp_path / "out.jsonl"),
+        "--store", str(store_dir), "--retrieval-only", "--mode", "standard", "--score",
+    )  # fmt: skip
+    assert code == 0, err
+    means = json.loads(stdout[stdout.index("{") :])
+    assert means["contained_context_recall"] == 1.0 and "context_recall" not in means
+    assert "contained_context_precision, contained_context_recall: chosen: the reference " in err
+
+
 # -- ingest and info ---------------------------------------------------------------------------
 
 

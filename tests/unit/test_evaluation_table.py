@@ -58,6 +58,16 @@ def test_the_scores_of_score_records_join_the_same_way(records):
     assert list(table["answer_output_tokens"]) == [7, 7]
 
 
+def test_the_table_says_which_context_metrics_ran_and_why_a_metric_is_null(records):
+    for record in records:
+        record["reference_contexts"] = ["light"]  # short next to every chunk
+    table = results_table(score_records(records), records)
+    assert {"contained_context_recall", "contained_context_precision"} <= set(table.columns)
+    assert "context_recall" not in table.columns
+    assert "under half as long" in table.attrs["chosen"]["contained_context_recall"]
+    assert table.attrs["not_scored"]["id_context_recall"] == "no record has reference_context_ids"
+
+
 def test_rows_that_do_not_pair_with_the_records_are_refused(records):
     result = _ragas(records)
     with pytest.raises(HydeLcError, match=r"in the order given to EvaluationDataset\.from_list"):
