@@ -77,6 +77,7 @@ from langchain_core.runnables.config import run_in_executor
 from pydantic import Field
 
 from hyde_lc.core.cancellation import CancelScope, GenerationCancelled, cancel_scope, current_scope
+from hyde_lc.core.cpu import free_cores
 from hyde_lc.core.settings import settings
 from hyde_lc.core.teardown import CLOSE_ENGINES, STOP_WORK, at_exit
 from hyde_lc.errors import (
@@ -133,8 +134,8 @@ class ContextWindowError(HydeLcError):
 
 
 def _default_threads() -> int:
-    """``HYDE_LC_THREADS`` (1 to 256; 0 or unset: one per core)."""
-    return settings().threads or max(1, os.cpu_count() or 1)
+    """``HYDE_LC_THREADS`` (1 to 256; 0 or unset: the cores other work leaves free now)."""
+    return settings().threads or free_cores()
 
 
 def default_context_size() -> int:
@@ -363,10 +364,11 @@ class LocalChatModel(BaseChatModel):
     parallel: int = 4
     """Requests decoded together by continuous batching."""
     threads: int = Field(default_factory=_default_threads)
-    """CPU threads (``HYDE_LC_THREADS`` or all cores)."""
+    """CPU threads: ``HYDE_LC_THREADS``, else the cores that other processes leave free when
+    the model is made (every core on an idle machine; `hyde_lc.core.cpu`)."""
     poll: int = 50
-    """llama.cpp busy-wait level between steps (0-100, its default 50). Spinning is fastest
-    on an idle machine; on a busy one, prefer ``threads=1`` (benchmarks/llm_threads.py)."""
+    """llama.cpp busy-wait level between steps (0-100, its default 50): spinning is fastest
+    while the threads have their cores to themselves (benchmarks/llm_threads.py)."""
 
     @property
     def _llm_type(self) -> str:
