@@ -4,7 +4,8 @@ They subclass Ragas' ``SingleTurnMetric`` as its own offline metrics do (require
 ``_single_turn_ascore``), so they score inside ``ragas.evaluate`` beside the others and
 take its run configuration, progress bar and error handling; the scoring itself is
 `hyde_lc.evaluation.containment`. Imported only when they are used (this module imports
-Ragas); `hyde_lc.evaluation.ragas_metrics` builds them by name.
+Ragas): `hyde_lc.evaluation.ragas_metrics` builds them by name, after turning Ragas' usage
+tracking off.
 
 Example:
     >>> from ragas import EvaluationDataset, evaluate  # doctest: +SKIP
@@ -15,11 +16,8 @@ Example:
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
-
-os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")  # before Ragas' first import, as ragas_metrics
 
 from langchain_core.callbacks import Callbacks
 from ragas.dataset_schema import SingleTurnSample
