@@ -34,10 +34,11 @@ demo: install-demo
 	$(BIN)/hyde-lc ingest --sample
 	$(BIN)/hyde-lc ask --mode hyde "$(QUESTION)"
 
-# The unit tests on both cores, then the integration tests one at a time.
+# The unit tests on both cores, then the integration tests two files at a time (a file's
+# tests on one worker: they share its fixtures; the local models run on one thread each).
 test: install
 	$(BIN)/python -m pytest tests/unit -n 2 $(PYTEST_ARGS)
-	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/integration -n 2 --dist loadfile $(PYTEST_ARGS)
 
 # The unit suite alone, on both cores: the quick loop while changing code.
 test-unit: install
