@@ -168,25 +168,31 @@ def main() -> None:
             for question, keywords in questions()[: args.limit]:
                 rows.append(run_one(agent, question, keywords))
                 print(json.dumps({k: rows[-1][k] for k in (*SUMMED, "calls", "seconds")}))
-            summary = {key: sum(bool(r[key]) for r in rows) for key in SUMMED}
-            record = {
-                "model": spec,
-                "mode": mode,
-                "questions": len(rows),
-                "summary": summary,
-                "median_seconds": sorted(r["seconds"] for r in rows)[len(rows) // 2],
-                "max_tokens": args.max_tokens,
-                "k": 2,
-                "date": date.today().isoformat(),
-                "commit": head_commit(),
-                "machine": platform.machine(),
-                "command": "python -m benchmarks.agent_tool_calls "
-                f"--models {spec} --modes {mode} --limit {args.limit}",
-                "rows": rows,
-            }
-            name = f"{spec.split(':')[-1]}-{mode}{args.tag}.json"
-            (RESULTS / name).write_text(json.dumps(record, indent=2) + "\n")
+                summary = write(rows, spec, mode, args)  # each time: a cut run keeps its rows
             print(spec, mode, summary, f"of {len(rows)}")
+
+
+def write(rows: list[dict[str, Any]], spec: str, mode: str, args: argparse.Namespace) -> dict:
+    """Write the record of ``rows`` (so far) and return its summary."""
+    summary = {key: sum(bool(r[key]) for r in rows) for key in SUMMED}
+    record = {
+        "model": spec,
+        "mode": mode,
+        "questions": len(rows),
+        "summary": summary,
+        "median_seconds": sorted(r["seconds"] for r in rows)[len(rows) // 2],
+        "max_tokens": args.max_tokens,
+        "k": 2,
+        "date": date.today().isoformat(),
+        "commit": head_commit(),
+        "machine": platform.machine(),
+        "command": "python -m benchmarks.agent_tool_calls "
+        f"--models {spec} --modes {mode} --limit {args.limit} --max-tokens {args.max_tokens}",
+        "rows": rows,
+    }
+    name = f"{spec.split(':')[-1]}-{mode}{args.tag}.json"
+    (RESULTS / name).write_text(json.dumps(record, indent=2) + "\n")
+    return summary
 
 
 if __name__ == "__main__":

@@ -489,10 +489,13 @@ class LocalChatModel(BaseChatModel):
         parse is in ``invalid_tool_calls``. ``tool_choice``: None or ``"auto"`` lets the
         model choose, and nothing obliges it to call (small models often answer
         directly); ``"none"`` sends no tools; a tool's name (or ``"any"``) makes the reply
-        one call of that tool (of one of the tools), guaranteed well-formed JSON with the
-        tool's name and arguments that follow its schema (llama.cpp's grammar), though not
-        guaranteed sensible. A forced choice holds for every reply of the bound model: in
-        an agent loop, force only the first turn (README, "An offline agent").
+        one call of that tool (of one of the tools): llama.cpp's grammar lets the model
+        write only JSON with the tool's name and arguments that follow its schema, so the
+        call is well-formed unless the reply reaches ``max_tokens`` first (then it is in
+        ``invalid_tool_calls``); its arguments are not guaranteed to make sense. A forced
+        choice holds for every reply of the bound model: in an agent loop, force only the
+        first turn (README, "An offline agent"). A chat template without tools (SmolLM2's)
+        does not show them to the model; a forced call still follows the schema.
 
         Example:
             >>> from langchain_core.tools import tool

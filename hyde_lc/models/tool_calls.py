@@ -16,8 +16,9 @@ models often write them otherwise, and `parse_tool_calls` reads what it left as 
 
 A forced ``tool_choice`` (a tool's name, or ``"any"``) is a JSON schema on the reply:
 llama.cpp's grammar lets the model write only a call of that tool (or of one of the
-tools) whose arguments follow the tool's schema. This guarantees the form, never that
-the arguments make sense. ``"auto"`` (or None) leaves the choice to the model;
+tools) whose arguments follow the tool's schema. This guarantees the form (unless the
+reply reaches its token cap first: the cut call is then invalid), never that the
+arguments make sense. ``"auto"`` (or None) leaves the choice to the model;
 ``"none"`` sends no tools and reads no calls.
 
 Example:
