@@ -490,9 +490,10 @@ class LocalChatModel(BaseChatModel):
         model choose, and nothing obliges it to call (small models often answer
         directly); ``"none"`` sends no tools; a tool's name (or ``"any"``) makes the reply
         one call of that tool (of one of the tools): llama.cpp's grammar lets the model
-        write only JSON with the tool's name and arguments that follow its schema, so the
-        call is well-formed unless the reply reaches ``max_tokens`` first (then it is in
-        ``invalid_tool_calls``); its arguments are not guaranteed to make sense. A forced
+        write only JSON with the tool's name and arguments that follow its schema, and a
+        call cut at ``max_tokens`` is closed where it was cut (an argument that ran on is
+        cut short), so the reply is a call unless the cap comes before its arguments; the
+        arguments are not guaranteed to make sense. A forced
         choice holds for every reply of the bound model: in an agent loop, force only the
         first turn (README, "An offline agent"). A chat template without tools (SmolLM2's)
         does not show them to the model; a forced call still follows the schema.

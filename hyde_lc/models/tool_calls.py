@@ -16,10 +16,10 @@ models often write them otherwise, and `parse_tool_calls` reads what it left as 
 
 A forced ``tool_choice`` (a tool's name, or ``"any"``) is a JSON schema on the reply:
 llama.cpp's grammar lets the model write only a call of that tool (or of one of the
-tools) whose arguments follow the tool's schema. This guarantees the form (unless the
-reply reaches its token cap first: the cut call is then invalid), never that the
-arguments make sense. ``"auto"`` (or None) leaves the choice to the model;
-``"none"`` sends no tools and reads no calls.
+tools) whose arguments follow the tool's schema, and a call cut at the token cap is
+closed where it was cut (`forced_reply`). This guarantees a call (unless the cap cuts it
+before its arguments begin), never that its arguments make sense. ``"auto"`` (or None)
+leaves the choice to the model; ``"none"`` sends no tools and reads no calls.
 
 Example:
     >>> reply = parse_tool_calls(
@@ -56,6 +56,7 @@ from langchain_core.messages.tool import (
     tool_call_chunk,
 )
 from langchain_core.outputs import ChatGenerationChunk
+from langchain_core.utils.json import parse_partial_json
 
 from hyde_lc.errors import HydeLcError
 
@@ -300,11 +301,27 @@ def parse_tool_calls(text: str, names: Collection[str]) -> ParsedReply:
 
 
 def forced_reply(text: str) -> ParsedReply:
-    """A reply written under a forced ``tool_choice``: all of it is one call."""
+    """A reply written under a forced ``tool_choice``: all of it is one call.
+
+    The grammar kept every token a valid start of the call, so a call cut at the token
+    cap (a string that ran on) is closed where it was cut, by LangChain's lenient
+    ``parse_partial_json`` (as a streamed call's arguments are); what cannot be closed
+    into a call with a name and arguments is an invalid call.
+    """
     call = _read_call(text)
-    if call["type"] == "invalid_tool_call":  # cut at the token cap, most likely
+    if call["type"] == "tool_call":
+        return ParsedReply(content="", tool_calls=[call])
+    try:
+        value = parse_partial_json(_unwrap(text))
+    except json.JSONDecodeError:
+        value = None
+    begun = isinstance(value, dict) and ("arguments" in value or "parameters" in value)
+    closed = _as_call(value) if begun else None
+    if closed is None:
         return ParsedReply(content="", invalid_tool_calls=[call])
-    return ParsedReply(content="", tool_calls=[call])
+    return ParsedReply(
+        content="", tool_calls=[tool_call(name=closed[0], args=closed[1], id=call_id())]
+    )
 
 
 def engine_chunks(delta: dict[str, Any]) -> list[ToolCallChunk]:

@@ -1,77 +1,78 @@
-"""LangGraph's prebuilt agent over a real local model and a real retriever tool.
+"""The README's offline agent: LangGraph's prebuilt agent, a real local model, a real
+retriever tool.
 
-The test model (SmolLM2-135M) seldom calls a tool of its own accord, so its first turn
-is forced to search (``tool_choice``), as the README's recipe does; how often the
-larger local models call the tool unforced is measured in benchmarks/agent_tool_calls.py.
+The README block runs as written, in a fresh folder whose ``./.hyde_lc`` collection holds
+a few notes, with the test model (SmolLM2-135M) standing in for the answer model. The
+recipe forces the first turn to search (``tool_choice``), so even this model calls the
+tool; how often the larger local models call it unforced is measured in
+benchmarks/agent_tool_calls.py.
 """
 
 from __future__ import annotations
 
+import re
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
-from langchain_core.tools import BaseTool, create_retriever_tool
 
-from hyde_lc import HyDERetriever, load_llm, open_store
+from hyde_lc import open_store
+from hyde_lc.models import loading
 
 pytestmark = pytest.mark.integration
 
+README = Path(__file__).resolve().parents[2] / "README.md"
 NOTES = [
-    "The first Fresnel lens was installed in the Cordouan lighthouse in 1823.",
+    "The audit found that the Fresnel lens of the Cordouan lighthouse dates from 1823.",
     "Grace Darling rowed out from the Longstone lighthouse in 1838.",
     "The Cape Hatteras Lighthouse was moved about 2,900 feet inland in 1999.",
 ]
 
 
-PROMPT = "You answer questions about lighthouses from notes."
+def agent_recipe() -> str:
+    """The README's python block under "An offline agent over your documents"."""
+    text = README.read_text("utf-8")
+    section = text[text.index("## An offline agent over your documents") :]
+    block = re.search(r"<!-- tested: (\S+) -->\n```python\n(.*?)^```", section, re.S | re.M)
+    assert block is not None and block.group(1) == "tests/integration/test_agent_tools.py"
+    return block.group(2)
 
 
-@pytest.fixture(scope="module")
-def search(tmp_path_factory: pytest.TempPathFactory) -> BaseTool:
-    store = open_store(tmp_path_factory.mktemp("agent-notes"))
-    store.add_texts(NOTES)
-    retriever = HyDERetriever(vectorstore=store, n_hypotheses=0, k=1)
-    return create_retriever_tool(retriever, "search_notes", "Search notes about lighthouses.")
-
-
-@pytest.fixture(scope="module")
-def smol() -> Any:
-    return load_llm("local:smollm2-135m", max_tokens=24, threads=1)
-
-
-def test_the_prebuilt_agent_searches_then_answers(smol, search):
-    from langgraph.prebuilt import create_react_agent
-
+@pytest.fixture
+def recipe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> dict[str, Any]:
+    """The recipe's namespace after it ran over a collection of `NOTES`, and what it printed."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HYDE_LC_ANSWER_LLM", "local:smollm2-135m")
+    monkeypatch.setenv("HYDE_LC_THREADS", "1")  # steadier on a busy machine
     # a forced call is whole JSON unless cut at the token cap: room for the call
-    searching = smol.bind_tools([search], tool_choice="search_notes", max_tokens=48)
-
-    def model(state: dict[str, Any], runtime: Any) -> Any:
-        searched = any(isinstance(m, ToolMessage) for m in state["messages"])
-        return smol if searched else searching
-
+    monkeypatch.setitem(loading.ROLE_MAX_TOKENS, "answer", 48)
+    open_store().add_texts(NOTES)
+    namespace: dict[str, Any] = {"__name__": "readme"}
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # moved to langchain.agents.create_agent, still here
-        agent = create_react_agent(model, [search], prompt=PROMPT)
-    question = {"messages": [("user", "Where was the first Fresnel lens installed?")]}
-    streamed, messages = [], []
-    # "messages" streams the model's tokens (LocalChatModel._stream), "values" the states
-    for mode, data in agent.stream(
-        question, {"recursion_limit": 6}, stream_mode=["messages", "values"]
-    ):
-        if mode == "messages":
-            streamed.append(data[0])
-        else:
-            messages = data["messages"]
+        warnings.simplefilter("ignore")  # create_react_agent moved to langchain.agents
+        exec(compile(agent_recipe(), "README.md (agent)", "exec"), namespace)
+    namespace["printed"] = capsys.readouterr().out
+    return namespace
 
-    _, asked, found, answer = messages
+
+def test_the_readme_agent_searches_then_answers_from_the_results(recipe):
+    _, asked, found, answer = recipe["result"]["messages"]
     [call] = asked.tool_calls
-    assert call["name"] == "search_notes" and isinstance(call["args"]["query"], str)
+    assert call["name"] == "search_reports" and isinstance(call["args"]["query"], str)
     assert asked.invalid_tool_calls == []
-    assert [c["name"] for m in streamed for c in getattr(m, "tool_call_chunks", [])] == [
-        "search_notes"
-    ]
     assert isinstance(found, ToolMessage) and found.tool_call_id == call["id"]
-    assert found.content in NOTES  # the real retriever's hit, handed back to the model
+    assert any(note in found.content for note in NOTES)  # the real retriever's hits
     assert isinstance(answer, AIMessage) and answer.text.strip() and not answer.tool_calls
+    assert answer.text.strip() in recipe["printed"]
+
+    # streamed, the forced call comes as tool_call_chunks that add up to the same call
+    whole = None
+    for chunk in recipe["searching"].stream("What did the audit find?"):
+        whole = chunk if whole is None else whole + chunk
+    assert whole is not None and whole.invalid_tool_calls == []
+    assert [c["name"] for c in whole.tool_calls] == ["search_reports"]
+    assert set(whole.tool_calls[0]["args"]) == {"query"}

@@ -129,8 +129,20 @@ def test_broken_json_naming_a_bound_tool_is_an_invalid_call():
 
 
 def test_a_forced_reply_is_one_call():
-    assert tool_calls.forced_reply('{"name": "search", "arguments": {"query": "x"}}').tool_calls
+    [call] = tool_calls.forced_reply('{"name": "search", "arguments": {"query": "x"}}').tool_calls
+    assert (call["name"], call["args"]) == ("search", {"query": "x"})
+
+
+def test_a_forced_call_cut_at_the_token_cap_is_closed_where_it_was_cut():
+    # the grammar kept each token a valid start of the call: the running string is cut
+    cut = '{\n  "name": "search",\n  "arguments": {\n    "query": "audit_audit_aud'
+    [call] = tool_calls.forced_reply(cut).tool_calls
+    assert (call["name"], call["args"]) == ("search", {"query": "audit_audit_aud"})
+
+
+def test_a_forced_reply_cut_before_its_arguments_is_invalid():
     assert tool_calls.forced_reply('{"name": "search", "argu').invalid_tool_calls
+    assert tool_calls.forced_reply("").invalid_tool_calls
 
 
 # -- what is sent ------------------------------------------------------------------------
