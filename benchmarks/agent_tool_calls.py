@@ -149,6 +149,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--tag", default="", help="suffix of the result file's name")
     args = parser.parse_args()
+    args.commit = head_commit()  # the code that runs, even if the checkout moves meanwhile
 
     store = open_store(tempfile.mkdtemp(prefix="hyde-agent-"))
     ingest_paths(sample_files(), store, progress=False)
@@ -184,7 +185,7 @@ def write(rows: list[dict[str, Any]], spec: str, mode: str, args: argparse.Names
         "max_tokens": args.max_tokens,
         "k": 2,
         "date": date.today().isoformat(),
-        "commit": head_commit(),
+        "commit": args.commit,
         "machine": platform.machine(),
         "command": "python -m benchmarks.agent_tool_calls "
         f"--models {spec} --modes {mode} --limit {args.limit} --max-tokens {args.max_tokens}",
