@@ -12,7 +12,9 @@ models often write them otherwise, and `parse_tool_calls` reads what it left as 
   fence, or in doubled braces (``{{"name": ...}}``, a habit of Qwen2.5-Coder, whose
   template shows the call as ``{"name": <function-name>, ...}``);
 - a call whose JSON does not parse becomes an invalid tool call (LangChain's
-  ``invalid_tool_calls``), which agents report instead of running.
+  ``invalid_tool_calls``), which is not run (LangGraph's prebuilt agent stops there).
+
+These forms are read here because llama.cpp's own parser leaves them as text.
 
 A forced ``tool_choice`` (a tool's name, or ``"any"``) is a JSON schema on the reply:
 llama.cpp's grammar lets the model write only a call of that tool (or of one of the
