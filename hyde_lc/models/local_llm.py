@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import LanguageModelInput
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import (
     AIMessage,
@@ -70,10 +71,14 @@ from langchain_core.messages import (
     ChatMessage,
     HumanMessage,
     SystemMessage,
+    ToolMessage,
 )
 from langchain_core.messages.ai import UsageMetadata
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables import Runnable
 from langchain_core.runnables.config import run_in_executor
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field
 
 from hyde_lc.core.cancellation import CancelScope, GenerationCancelled, cancel_scope, current_scope
@@ -85,6 +90,7 @@ from hyde_lc.errors import (
     MissingDependencyError,
     ModelFileError,
 )
+from hyde_lc.models import tool_calls
 
 N_CTX_ENV = "HYDE_LC_N_CTX"
 """Environment variable with the default context window of local models, in tokens."""
@@ -304,6 +310,8 @@ def _role(message: BaseMessage) -> str:
         return "assistant"
     if isinstance(message, ChatMessage):
         return message.role
+    if isinstance(message, ToolMessage):
+        return "tool"
     raise HydeLcError(f"LocalChatModel cannot send a {type(message).__name__}; use text messages")
 
 
@@ -392,7 +400,7 @@ class LocalChatModel(BaseChatModel):
         self, messages: list[BaseMessage], stop: list[str] | None, **kwargs: Any
     ) -> dict[str, Any]:
         request: dict[str, Any] = {
-            "messages": [{"role": _role(m), "content": m.text} for m in messages],
+            "messages": [tool_calls.chat_message(m, _role(m)) for m in messages],
             "temperature": kwargs.get("temperature", self.temperature),
             "top_p": kwargs.get("top_p", self.top_p),
             "max_tokens": kwargs.get("max_tokens", self.max_tokens),
@@ -407,6 +415,7 @@ class LocalChatModel(BaseChatModel):
         stops = stop or self.stop
         if stops:
             request["stop"] = list(stops)
+        request.update(tool_calls.request_fields(kwargs.get("tools"), kwargs.get("tool_choice")))
         return request
 
     def _engine(self) -> _Engine:
@@ -464,6 +473,49 @@ class LocalChatModel(BaseChatModel):
                 engine.warm = True
         return time.perf_counter() - start
 
+    # -- tools -------------------------------------------------------------------------
+
+    def bind_tools(
+        self,
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
+        *,
+        tool_choice: str | dict[str, Any] | bool | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        """The model with ``tools``, which its replies may call (``AIMessage.tool_calls``).
+
+        The tools go into the prompt as the model's chat template lists them, and calls
+        are read from the reply (`hyde_lc.models.tool_calls`); a call whose JSON does not
+        parse is in ``invalid_tool_calls``. ``tool_choice``: None or ``"auto"`` lets the
+        model choose, and nothing obliges it to call (small models often answer
+        directly); ``"none"`` sends no tools; a tool's name (or ``"any"``) makes the reply
+        one call of that tool (of one of the tools): llama.cpp's grammar lets the model
+        write only JSON with the tool's name and arguments that follow its schema, and a
+        call cut at ``max_tokens`` is closed where it was cut (an argument that ran on is
+        cut short), so the reply is a call unless the cap comes before its arguments; the
+        arguments are not guaranteed to make sense. A forced
+        choice holds for every reply of the bound model: in an agent loop, force only the
+        first turn (README, "An offline agent"). A chat template without tools (SmolLM2's)
+        does not show them to the model; a forced call still follows the schema.
+
+        Example:
+            >>> from langchain_core.tools import tool
+            >>> @tool
+            ... def search(query: str) -> str:
+            ...     '''Search the documents.'''
+            ...     return "..."
+            >>> llm = LocalChatModel(model_path="/models/any.gguf")  # doctest: +SKIP
+            >>> searching = llm.bind_tools([search], tool_choice="search")  # doctest: +SKIP
+            >>> searching.invoke("Fresnel?").tool_calls[0]["args"]  # doctest: +SKIP
+            {'query': 'Fresnel'}
+
+        """
+        formatted = [convert_to_openai_tool(t) for t in tools]
+        tool_calls.forced_tool_names(tool_choice, formatted)  # a bad choice fails here
+        if tool_choice is not None:
+            kwargs["tool_choice"] = tool_choice
+        return self.bind(tools=formatted, **kwargs)
+
     # -- token counting ----------------------------------------------------------------
 
     def get_num_tokens(self, text: str) -> int:
@@ -477,7 +529,9 @@ class LocalChatModel(BaseChatModel):
         self, messages: list[BaseMessage], tools: Sequence[Any] | None = None
     ) -> int:
         """Prompt tokens of ``messages`` after the model's chat template, exactly."""
-        body = {"messages": self._request(messages, None)["messages"]}
+        body: dict[str, Any] = {"messages": self._request(messages, None)["messages"]}
+        if tools:  # the template lists them in the prompt
+            body["tools"] = [convert_to_openai_tool(t) for t in tools]
         try:
             return int(
                 self._engine().post("/v1/chat/completions/input_tokens", body)["input_tokens"]
@@ -601,9 +655,11 @@ class LocalChatModel(BaseChatModel):
             for item in events:
                 text = ""
                 metadata: dict[str, Any] = {}
+                calls: list[Any] = []
                 if item.get("choices"):
                     choice = item["choices"][0]
                     text = choice.get("delta", {}).get("content") or ""
+                    calls = tool_calls.engine_chunks(choice.get("delta", {}))
                     if choice.get("finish_reason"):
                         metadata = {
                             "finish_reason": choice["finish_reason"],
@@ -614,11 +670,14 @@ class LocalChatModel(BaseChatModel):
                     if stop_when is None or item.get("usage"):  # running counts stay here
                         metadata["timings"] = timings
                 usage = _usage(item.get("usage"))
-                if not text and not usage and not metadata:
+                if not text and not usage and not metadata and not calls:
                     continue
                 yield ChatGenerationChunk(
                     message=AIMessageChunk(
-                        content=text, usage_metadata=usage, response_metadata=metadata
+                        content=text,
+                        usage_metadata=usage,
+                        response_metadata=metadata,
+                        tool_call_chunks=calls,
                     )
                 )
                 written += text
@@ -648,15 +707,28 @@ class LocalChatModel(BaseChatModel):
         usage: UsageMetadata | None = None
         metadata: dict[str, Any] = {"model_name": self.resolved_model_name}
         stop_when = kwargs.pop("stop_when", None)
-        for chunk in self._chunks(self._request(messages, stop, **kwargs), stop_when):
+        request = self._request(messages, stop, **kwargs)
+        engine_calls: list[Any] = []
+        for chunk in self._chunks(request, stop_when):
             parts.append(chunk.text)
             usage = chunk.message.usage_metadata or usage  # type: ignore[attr-defined]
             metadata.update(chunk.message.response_metadata)
+            engine_calls += chunk.message.tool_call_chunks  # type: ignore[attr-defined]
         metadata.setdefault("finish_reason", None)
         metadata.setdefault("timings", {})
-        message = AIMessage(
-            content="".join(parts), usage_metadata=usage, response_metadata=metadata
-        )
+        reading = tool_calls.calls_read(request)
+        if reading is not None:  # tools bound: the reply's calls parsed out of it
+            message = tool_calls.reply_message(
+                "".join(parts),
+                engine_calls,
+                reading,
+                usage_metadata=usage,
+                response_metadata=metadata,
+            )
+        else:
+            message = AIMessage(
+                content="".join(parts), usage_metadata=usage, response_metadata=metadata
+            )
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     async def _agenerate(
@@ -687,7 +759,12 @@ class LocalChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
         stop_when = kwargs.pop("stop_when", None)
-        for chunk in self._chunks(self._request(messages, stop, **kwargs), stop_when):
+        request = self._request(messages, stop, **kwargs)
+        chunks = self._chunks(request, stop_when)
+        reading = tool_calls.calls_read(request)
+        if reading is not None:  # text that may be a call is held back, calls come at the end
+            chunks = tool_calls.stream_tool_calls(chunks, reading)
+        for chunk in chunks:
             if run_manager and chunk.text:
                 run_manager.on_llm_new_token(chunk.text, chunk=chunk)
             yield chunk
