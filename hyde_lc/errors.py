@@ -117,6 +117,15 @@ class StoreBusyError(StoreError):
     """Another writer holds the collection, past the time there was to wait for it."""
 
 
+class NotPortableError(HydeLcError):
+    """An object that lives in this process only was pickled to be sent to another one.
+
+    A store or index held in memory (an ephemeral Chroma, an in-memory hypothesis cache, a
+    lexical index built from documents in hand) cannot be opened by a worker process; the
+    message says what to use instead (a folder, a server, a file).
+    """
+
+
 class WriterLeaseLostError(StoreError):
     """A server writer's lease ran out (its process stalled, or lost the server): it stops."""
 

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from langchain_core.caches import BaseCache, InMemoryCache
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
@@ -251,6 +251,7 @@ class HyDERetriever(DetailedRetriever):
     _transform: HyDETransform = PrivateAttr()
     _search: HybridSearch = PrivateAttr()
     _label: str | None = PrivateAttr(default=None)
+    _PER_PROCESS: ClassVar[tuple[str, ...]] = ("_transform", "_search", "_label")
 
     # -- validation ------------------------------------------------------------------
 
@@ -318,6 +319,9 @@ class HyDERetriever(DetailedRetriever):
             )
         backend.check_embeddings(embeddings)
         self._transform, self._search, self._label = transform, search, None
+
+    def _remake(self) -> None:
+        self._build()
 
     # -- the two units, made of the fields ---------------------------------------------
 

@@ -39,7 +39,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
@@ -475,6 +475,7 @@ class NeighborExpandingRetriever(DetailedRetriever):
     """Base hits requested per call (default 3 x k), so merged windows still make k."""
 
     _backend: SearchBackend = PrivateAttr()
+    _PER_PROCESS: ClassVar[tuple[str, ...]] = ("_backend",)
 
     @field_validator("window")
     @classmethod
@@ -502,10 +503,13 @@ class NeighborExpandingRetriever(DetailedRetriever):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise InvalidSettingError(f"{name} must be 0 or more, got {value}")
-        store = self.vectorstore
-        assert store is not None  # resolved above
-        self._backend = backend_for(store, "off")
+        self._remake()
         return self
+
+    def _remake(self) -> None:
+        store = self.vectorstore
+        assert store is not None  # resolved when made
+        self._backend = backend_for(store, "off")
 
     @property
     def span(self) -> tuple[int, int]:
