@@ -33,6 +33,8 @@ from langchain_core.callbacks import (
     CallbackManagerForRetrieverRun,
 )
 from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseLanguageModel
 from langchain_core.messages import BaseMessage
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig
@@ -43,6 +45,7 @@ from pydantic import AfterValidator, ConfigDict, PrivateAttr
 from hyde_lc.core.checked import CheckedModel
 from hyde_lc.core.chunks import RetrievedChunk
 from hyde_lc.errors import HydeLcError, InvalidSettingError, StoreUnavailableError
+from hyde_lc.models.portable import portable_model
 from hyde_lc.search.backend import SearchBackend
 from hyde_lc.search.feedback import Feedback
 from hyde_lc.search.hybrid import in_background
@@ -262,14 +265,17 @@ class DetailedRetriever(CheckedModel, BaseRetriever):
         A hyde_lc collection travels as its folder or server (its client is opened again
         in the worker), models as their settings (weights loaded at their first use
         there); a store held in this process's memory raises `NotPortableError`
-        (`hyde_lc.store.portable`). A model's API key travels only if the model object
-        holds it (an ``api_key=`` given to it); one read from the environment does not.
+        (`hyde_lc.store.portable`). A remote model's API key travels as its object holds
+        it, in clear text inside the pickle (`hyde_lc.models.portable`); ``to_config``
+        never writes one.
         """
         state = super().__getstate__()
         fields = dict(state["__dict__"])
         for name, value in fields.items():
             if isinstance(value, VectorStore):
                 fields[name] = portable_store(value)
+            elif isinstance(value, BaseLanguageModel | Embeddings):
+                fields[name] = portable_model(value)
         private = state.get("__pydantic_private__") or {}
         state["__dict__"] = fields
         state["__pydantic_private__"] = {
