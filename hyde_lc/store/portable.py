@@ -28,7 +28,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
@@ -69,15 +69,16 @@ class ReopenedChroma:
     relevance: Callable[[float], float] | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_open_chroma, (self,))
+        return (_open_chroma, tuple(getattr(self, f.name) for f in fields(self)))
 
 
-def _open_chroma(where: ReopenedChroma) -> Any:
-    """The ``Chroma`` store ``where`` names, with a client of this process's own."""
+def _open_chroma(*settings: Any) -> Any:
+    """The ``Chroma`` store a `ReopenedChroma` names, with a client of this process's own."""
     from langchain_chroma import Chroma  # a program on another store never loads chromadb
 
     from hyde_lc.store.location import check_not_forked
 
+    where = ReopenedChroma(*settings)
     if where.folder is not None:
         check_not_forked(f"the Chroma folder {where.folder}")
         place: dict[str, Any] = {"persist_directory": where.folder}
