@@ -88,9 +88,9 @@ def test_a_forked_worker_says_to_spawn_when_the_parent_opened_the_folder(
 ) -> None:
     retriever = HyDERetriever(vectorstore=sample_store, k=2)
     retriever.invoke(QUESTION)  # the parent has used the store
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
-        with pytest.raises(NotPortableError, match="'spawn'"):
-            pool.submit(hits, retriever, QUESTION).result(timeout=120)
+    forked = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
+    with forked as pool, pytest.raises(NotPortableError, match="'spawn'"):
+        pool.submit(hits, retriever, QUESTION).result(timeout=120)
 
 
 def test_a_forked_worker_loads_its_own_engines_over_another_store(
