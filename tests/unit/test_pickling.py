@@ -168,6 +168,31 @@ def test_an_onnx_encoder_travels_as_its_settings_and_loads_its_sessions_where_us
     assert encoder._session is not None  # the original keeps its own
 
 
+@pytest.mark.parametrize("kind", ["minilm-dq", "bge"])
+def test_every_onnx_encoder_travels_as_its_own_kind(kind):
+    from hyde_lc.models.bge_embeddings import BgeSmallEmbeddings
+    from hyde_lc.models.minilm_quantized import MiniLMDynamicEmbeddings
+
+    cls = {"minilm-dq": MiniLMDynamicEmbeddings, "bge": BgeSmallEmbeddings}[kind]
+    copy = round_trip(cls(batch_size=5, max_tokens=128))
+    assert type(copy) is cls and (copy.batch_size, copy.max_tokens) == (5, 128)
+    assert copy._session is None and copy.model_id == cls().model_id
+
+
+def test_the_multilingual_encoder_and_a_local_chat_model_travel_as_settings(tmp_path):
+    from hyde_lc.models.local_llm import LocalChatModel
+    from hyde_lc.models.multilingual_embeddings import MultilingualE5Embeddings
+
+    e5 = round_trip(MultilingualE5Embeddings(threads=3, hypothesis_prefix="query"))
+    assert (e5.threads, e5.hypothesis_prefix) == (3, "query")
+    llm = LocalChatModel(
+        model_path=str(tmp_path / "w.gguf"), temperature=0.1, max_tokens=9, seed=4, threads=1
+    )
+    copy = round_trip(llm)
+    assert copy.model_dump() == llm.model_dump()
+    assert not copy.loaded  # its engine loads at its first call, in the process that calls
+
+
 def test_hyde_embeddings_make_their_transform_again(writer):
     embeddings = HyDEEmbeddings.from_llm(writer, FakeEmbeddings(size=8), query_weight=0.5)
     copy = round_trip(embeddings)
