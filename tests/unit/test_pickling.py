@@ -117,6 +117,15 @@ def test_a_chroma_in_memory_is_refused_with_what_to_do_instead():
         pickle.dumps(retriever)
 
 
+def test_a_store_retriever_as_base_over_chroma_in_memory_is_refused_plainly_too():
+    from langchain_chroma import Chroma
+
+    chroma = Chroma("in_memory_base", embedding_function=FakeEmbeddings(size=8))
+    wide = NeighborExpandingRetriever(base_retriever=chroma.as_retriever(), vectorstore=chroma)
+    with pytest.raises(NotPortableError, match="memory"):
+        pickle.dumps(wide)
+
+
 def test_a_chroma_on_disk_is_opened_again_from_its_folder(tmp_path):
     from langchain_chroma import Chroma
 
@@ -128,6 +137,10 @@ def test_a_chroma_on_disk_is_opened_again_from_its_folder(tmp_path):
     copy = round_trip(retriever)
     assert isinstance(copy.vectorstore, Chroma) and copy.vectorstore is not chroma
     assert found(copy, "honey bees") == found(retriever, "honey bees")
+    base = round_trip(NeighborExpandingRetriever(base_retriever=chroma.as_retriever(k=2)))
+    assert [d.id for d in base.base_retriever.invoke("honey bees")] == [
+        d.id for d in chroma.as_retriever(k=2).invoke("honey bees")
+    ]
 
 
 def test_an_in_memory_store_travels_as_a_copy_of_its_data():
