@@ -276,11 +276,8 @@ class DetailedRetriever(CheckedModel, BaseRetriever):
                 fields[name] = portable_store(value)
             elif isinstance(value, BaseLanguageModel | Embeddings):
                 fields[name] = portable_model(value)
-            elif not isinstance(value, DetailedRetriever) and isinstance(
-                getattr(value, "vectorstore", None), VectorStore
-            ):  # a store's own retriever (store.as_retriever()) as a base
-                store = portable_store(value.vectorstore)
-                fields[name] = value.model_copy(update={"vectorstore": store})
+            else:  # a store's own retriever as a base, a lexical side: their store too
+                portable_store(getattr(value, "vectorstore", None))
         private = state.get("__pydantic_private__") or {}
         state["__dict__"] = fields
         state["__pydantic_private__"] = {

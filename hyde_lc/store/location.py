@@ -181,6 +181,8 @@ class StoreLocation:
         if self.path.exists() and not self.path.is_dir():
             raise StoreError(f"store location {self.path} is a file, not a folder")
         check_not_forked(f"the store folder {self.path}")
+        global _opened_embedded
+        _opened_embedded = True
         return chromadb.PersistentClient(path=str(self.path), settings=settings)
 
     def has_store(self) -> bool:
@@ -192,32 +194,24 @@ class StoreLocation:
         return (self.path / SQLITE_FILE).is_file()
 
 
-_RUST_API = "chromadb.api.rust.RustBindingsAPI"
-"""chromadb's embedded engine (folders, and memory), which does not survive ``fork``."""
-_FORKED_AWAY: list[Any] = []
-"""In a forked child: the parent's chromadb systems, kept so that they are never stopped here."""
+_opened_embedded = False
+"""Whether this process has opened a store folder (chromadb's embedded engine)."""
 _forked_from_embedded = False
-"""Whether this process was forked from one that had opened an embedded Chroma store."""
+"""Whether this process was forked from one that had opened a store folder."""
 
 
 def _clients_of_its_own() -> None:
-    """In a forked child: forget the parent's chromadb clients, and whether it had any.
+    """In a forked child: forget the parent's chromadb clients, and say whether it had any.
 
     chromadb shares one client system per folder or server within a process. Its
     embedded engine does not survive ``fork``: a forked child that asks it, or opens a
     folder anew, waits forever. So such a child refuses to open a folder, saying what to
-    do (`check_not_forked`); a server is reached by a client of the child's own. The
-    parent's systems are kept (`_FORKED_AWAY`), never stopped: stopping would wait for
-    threads that were not copied.
+    do (`check_not_forked`); a server is reached by a client of the child's own, not
+    through the parent's connections.
     """
     global _forked_from_embedded
-    from chromadb.api.shared_system_client import SharedSystemClient
-
-    systems = dict(SharedSystemClient._identifier_to_system)
-    if any(system.settings.chroma_api_impl == _RUST_API for system in systems.values()):
-        _forked_from_embedded = True
-    _FORKED_AWAY.append(systems)
-    SharedSystemClient.clear_system_cache()
+    _forked_from_embedded = _forked_from_embedded or _opened_embedded
+    ChromaClient.clear_system_cache()
 
 
 if hasattr(os, "register_at_fork"):

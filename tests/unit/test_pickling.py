@@ -107,40 +107,19 @@ def test_a_store_that_cannot_be_opened_where_unpickled_says_why_at_the_first_cal
 # -- stores of other kinds -----------------------------------------------------------------
 
 
-def test_a_chroma_in_memory_is_refused_with_what_to_do_instead():
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_a_langchain_chroma_is_refused_with_what_to_do_instead(tmp_path, on_disk):
+    """Its public API does not say where it lives (a folder, a server, or memory)."""
     from langchain_chroma import Chroma
 
-    chroma = Chroma("in_memory_test", embedding_function=FakeEmbeddings(size=8))
+    folder = {"persist_directory": str(tmp_path)} if on_disk else {}
+    chroma = Chroma(f"lc_{on_disk}", embedding_function=FakeEmbeddings(size=8), **folder)
     chroma.add_texts(["a lamp"])
-    retriever = HyDERetriever(vectorstore=chroma, lexical="off")
-    with pytest.raises(NotPortableError, match=r"memory.*persist_directory"):
-        pickle.dumps(retriever)
-
-
-def test_a_store_retriever_as_base_over_chroma_in_memory_is_refused_plainly_too():
-    from langchain_chroma import Chroma
-
-    chroma = Chroma("in_memory_base", embedding_function=FakeEmbeddings(size=8))
+    with pytest.raises(NotPortableError, match=r"open_store\('/path/to/folder'"):
+        pickle.dumps(HyDERetriever(vectorstore=chroma, lexical="off"))
     wide = NeighborExpandingRetriever(base_retriever=chroma.as_retriever(), vectorstore=chroma)
-    with pytest.raises(NotPortableError, match="memory"):
+    with pytest.raises(NotPortableError, match="another process cannot open it"):
         pickle.dumps(wide)
-
-
-def test_a_chroma_on_disk_is_opened_again_from_its_folder(tmp_path):
-    from langchain_chroma import Chroma
-
-    chroma = Chroma(
-        "on_disk", embedding_function=FakeEmbeddings(size=8), persist_directory=str(tmp_path)
-    )
-    chroma.add_texts(TOPICS, ids=[f"t{i}" for i in range(len(TOPICS))])
-    retriever = HyDERetriever(vectorstore=chroma, lexical="off", k=3)
-    copy = round_trip(retriever)
-    assert isinstance(copy.vectorstore, Chroma) and copy.vectorstore is not chroma
-    assert found(copy, "honey bees") == found(retriever, "honey bees")
-    base = round_trip(NeighborExpandingRetriever(base_retriever=chroma.as_retriever(k=2)))
-    assert [d.id for d in base.base_retriever.invoke("honey bees")] == [
-        d.id for d in chroma.as_retriever(k=2).invoke("honey bees")
-    ]
 
 
 def test_an_in_memory_store_travels_as_a_copy_of_its_data():
