@@ -120,9 +120,10 @@ class StoreBusyError(StoreError):
 class NotPortableError(HydeLcError):
     """An object that lives in this process only was pickled to be sent to another one.
 
-    A store or index held in memory (an ephemeral Chroma, an in-memory hypothesis cache, a
-    lexical index built from documents in hand) cannot be opened by a worker process; the
-    message says what to use instead (a folder, a server, a file).
+    A store another process cannot open again (langchain-chroma's ``Chroma``, which does
+    not say where it lives), an in-memory hypothesis cache, a lexical index built from
+    documents in hand, or a store folder in a child forked from a process that had opened
+    one: the message says what to use instead (``open_store``, a file, spawned workers).
     """
 
 
