@@ -265,9 +265,9 @@ class DetailedRetriever(CheckedModel, BaseRetriever):
         A hyde_lc collection travels as its folder or server (its client is opened again
         in the worker), models as their settings (weights loaded at their first use
         there); a store another process cannot open again (langchain-chroma's ``Chroma``)
-        raises `NotPortableError` (`hyde_lc.store.portable`). A remote model's API key travels as its object holds
-        it, in clear text inside the pickle (`hyde_lc.models.portable`); ``to_config``
-        never writes one.
+        raises `NotPortableError` (`hyde_lc.store.portable`). A remote model's API key
+        travels as its object holds it, in clear text inside the pickle
+        (`hyde_lc.models.portable`); ``to_config`` never writes one.
         """
         state = super().__getstate__()
         fields = dict(state["__dict__"])
