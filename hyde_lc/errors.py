@@ -117,6 +117,16 @@ class StoreBusyError(StoreError):
     """Another writer holds the collection, past the time there was to wait for it."""
 
 
+class NotPortableError(HydeLcError):
+    """An object that lives in this process only was pickled to be sent to another one.
+
+    A store another process cannot open again (langchain-chroma's ``Chroma``, which does
+    not say where it lives), an in-memory hypothesis cache, a lexical index built from
+    documents in hand, or a store folder in a child forked from a process that had opened
+    one: the message says what to use instead (``open_store``, a file, spawned workers).
+    """
+
+
 class WriterLeaseLostError(StoreError):
     """A server writer's lease ran out (its process stalled, or lost the server): it stops."""
 

@@ -64,6 +64,7 @@ from hyde_lc.hyde.transform import (
     clip_query,
 )
 from hyde_lc.models.loading import embedding_model_id
+from hyde_lc.models.portable import portable_model
 
 HYPOTHESIS_TAG = "hyde.hypothesis"
 """The tag on every hypothesis call (as `hyde_lc.HyDERetriever` tags them)."""
@@ -183,6 +184,29 @@ class HyDEEmbeddings(CheckedModel, Embeddings):
             self, self.base_embeddings, cache=self.hypothesis_cache
         )
         return self
+
+    # -- another process: the settings travel, the transform is made again there -------
+
+    def __getstate__(self) -> dict[Any, Any]:
+        """The fields (models as their settings: `hyde_lc.models.portable`), no transform.
+
+        A remote model's API key travels as its object holds it, in clear text inside the
+        pickle; local models' weights are loaded where it is unpickled, at first use.
+        """
+        state = super().__getstate__()
+        state["__dict__"] = {
+            name: portable_model(value) if name in ("llm", "base_embeddings") else value
+            for name, value in state["__dict__"].items()
+        }
+        private = state.get("__pydantic_private__") or {}
+        state["__pydantic_private__"] = {k: v for k, v in private.items() if k != "_transform"}
+        return state
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        super().__setstate__(state)
+        self._transform = HyDETransform.from_fields(
+            self, self.base_embeddings, cache=self.hypothesis_cache
+        )
 
     # -- identity ----------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ from langchain_core.caches import BaseCache
 from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration, Generation
 
-from hyde_lc.errors import HydeLcError
+from hyde_lc.errors import HydeLcError, NotPortableError
 
 TABLE = "hyde_lc_hypotheses"
 LEGACY_TABLE = "full_llm_cache"
@@ -110,6 +110,20 @@ class HypothesisCache(BaseCache):
                 f"cannot use {self.path} as the hypothesis cache ({exc.__cause__}): give a "
                 "new file name, or an SQLite file written by hyde-lc"
             ) from exc.__cause__
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its file: another process (a worker) opens the same file.
+
+        SQLite lets several processes share it. ``":memory:"`` lives in this process only
+        and raises `NotPortableError`.
+        """
+        if self._connection is not None:
+            raise NotPortableError(
+                "a HypothesisCache(':memory:') lives in this process only, so it cannot be "
+                "sent to another one: give it a file (HypothesisCache('hypotheses.sqlite')), "
+                "which every worker shares, or leave hypothesis_cache unset"
+            )
+        return (type(self), (self.path,))
 
     def _has_table(self, name: str) -> bool:
         query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"

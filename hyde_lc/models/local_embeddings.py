@@ -75,6 +75,31 @@ def _release_sessions() -> None:
         encoder.release_sessions()
 
 
+_PER_PROCESS = ("_session", "_query_session", "_tokenizer")
+"""An encoder's state loaded in the process that uses it (never pickled)."""
+
+
+_FORKED_AWAY: list[Any] = []
+"""In a forked child: the parent's sessions, kept so that their destructors never run here."""
+
+
+def _sessions_of_their_own() -> None:
+    """In a forked child: every encoder forgets its parent's sessions and loads its own.
+
+    ``fork`` copies a session but not its thread pool, so the copy would wait for threads
+    that are not there. The copies are kept (`_FORKED_AWAY`), never released here.
+    """
+    for encoder in list(_LOADED.values()):
+        _FORKED_AWAY.append(dict(encoder.__pydantic_private__ or {}))
+        object.__setattr__(encoder, "__pydantic_private__", {name: None for name in _PER_PROCESS})
+        encoder._lock = threading.Lock()
+    _LOADED.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_sessions_of_their_own)
+
+
 def _session(onnxruntime: Any, model: Path, threads: int) -> Any:
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
@@ -168,6 +193,22 @@ class OnnxSentenceEmbeddings(BaseModel, Embeddings):
         """Let go of the ONNX sessions (and their thread pools); the next call loads them."""
         with self._lock:
             self._session = self._query_session = None
+
+    # -- another process: the settings travel, the sessions are loaded there -----------
+
+    def __getstate__(self) -> dict[Any, Any]:
+        """The settings only: the sessions, tokenizer and lock stay in this process.
+
+        Unpickled (in a worker process), the encoder loads its sessions at its first text,
+        as a new one does.
+        """
+        state = super().__getstate__()
+        state["__pydantic_private__"] = {name: None for name in _PER_PROCESS}
+        return state
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        super().__setstate__(state)
+        self._lock = threading.Lock()
 
     def _embed_batch(self, texts: list[str]) -> np.ndarray:
         session, tokenizer = self._load(len(texts))

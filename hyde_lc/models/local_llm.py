@@ -301,6 +301,28 @@ def _close_engines() -> None:
     del engines  # the last references: each server's destructor runs here
 
 
+_FORKED_AWAY: list[_Engine] = []
+"""In a forked child: the parent's engines, kept so that their destructors never run here."""
+
+
+def _engines_of_its_own() -> None:
+    """In a forked child: forget the parent's engines; a model loads its own at first use.
+
+    ``fork`` copies an engine's memory but not its threads, so the copy never answers.
+    It is kept (`_FORKED_AWAY`), not closed: closing would wait for those threads. A
+    `LocalChatModel` unpickled in the child (or inherited by it) loads the weights again.
+    """
+    global _ENGINES_LOCK
+    _ENGINES_LOCK = threading.Lock()
+    _FORKED_AWAY.extend(_ENGINES.values())
+    _ENGINES.clear()
+    _IN_FLIGHT.__init__()  # type: ignore[misc]  # no generation of the parent runs here
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_engines_of_its_own)
+
+
 def _role(message: BaseMessage) -> str:
     if isinstance(message, SystemMessage):
         return "system"

@@ -26,25 +26,30 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Annotated, Any, ClassVar, Generic, TypeVar
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
     CallbackManagerForRetrieverRun,
 )
 from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseLanguageModel
 from langchain_core.messages import BaseMessage
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import run_in_executor
-from pydantic import AfterValidator, ConfigDict
+from langchain_core.vectorstores import VectorStore
+from pydantic import AfterValidator, ConfigDict, PrivateAttr
 
 from hyde_lc.core.checked import CheckedModel
 from hyde_lc.core.chunks import RetrievedChunk
-from hyde_lc.errors import InvalidSettingError, StoreUnavailableError
+from hyde_lc.errors import HydeLcError, InvalidSettingError, StoreUnavailableError
+from hyde_lc.models.portable import portable_model
 from hyde_lc.search.backend import SearchBackend
 from hyde_lc.search.feedback import Feedback
 from hyde_lc.search.hybrid import in_background
+from hyde_lc.store.portable import portable_store
 
 T = TypeVar("T")
 
@@ -247,6 +252,65 @@ class DetailedRetriever(CheckedModel, BaseRetriever):
 
     model_config = ConfigDict(extra="forbid")
 
+    _not_remade: HydeLcError | None = PrivateAttr(default=None)
+    _PER_PROCESS: ClassVar[tuple[str, ...]] = ()
+    """Private state made from the fields (the units, the store's backend): never pickled,
+    made again from the fields where the retriever is unpickled (`_remake`)."""
+
+    # -- another process: the fields travel, the rest is made again there --------------
+
+    def __getstate__(self) -> dict[Any, Any]:
+        """The fields, with each store as another process can reopen it.
+
+        A hyde_lc collection travels as its folder or server (its client is opened again
+        in the worker), models as their settings (weights loaded at their first use
+        there); a store another process cannot open again (langchain-chroma's ``Chroma``)
+        raises `NotPortableError` (`hyde_lc.store.portable`). A remote model's API key
+        travels as its object holds it, in clear text inside the pickle
+        (`hyde_lc.models.portable`); ``to_config`` never writes one.
+        """
+        state = super().__getstate__()
+        fields = dict(state["__dict__"])
+        for name, value in fields.items():
+            if isinstance(value, VectorStore):
+                fields[name] = portable_store(value)
+            elif isinstance(value, BaseLanguageModel | Embeddings):
+                fields[name] = portable_model(value)
+            else:  # a store's own retriever as a base, a lexical side: their store too
+                portable_store(getattr(value, "vectorstore", None))
+        private = state.get("__pydantic_private__") or {}
+        state["__dict__"] = fields
+        state["__pydantic_private__"] = {
+            key: value
+            for key, value in private.items()
+            if key not in self._PER_PROCESS and key != "_not_remade"
+        }
+        return state
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        """The fields restored, the private state made from them (the store reopened).
+
+        If that fails (the store's server cannot be reached from here, say), the
+        retriever is unpickled all the same and its first call tries again, raising why
+        it cannot: an error while unpickling would end a worker process without a word
+        to its caller.
+        """
+        super().__setstate__(state)
+        self._not_remade = None
+        try:
+            self._remake()
+        except HydeLcError as exc:
+            self._not_remade = exc
+
+    def _remake(self) -> None:
+        """Make the private state again from the fields (after unpickling)."""
+
+    def _made(self) -> None:
+        """The private state made, if unpickling could not make it; raises why if it cannot."""
+        if self._not_remade is not None:
+            self._remake()
+            self._not_remade = None
+
     def for_repeated_calls(self) -> DetailedRetriever:
         """The retriever set up to be called several times for one query.
 
@@ -275,6 +339,7 @@ class DetailedRetriever(CheckedModel, BaseRetriever):
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
+        self._made()
         try:
             return self._reported(run_plan(self._plan(query, run_manager, **kwargs)))
         except Exception as exc:
@@ -286,6 +351,7 @@ class DetailedRetriever(CheckedModel, BaseRetriever):
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
+        self._made()
         try:
             plan = self._plan(query, run_manager, **kwargs)  # type: ignore[arg-type]
             return self._reported(await arun_plan(plan))

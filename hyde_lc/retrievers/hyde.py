@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from langchain_core.caches import BaseCache, InMemoryCache
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
@@ -101,6 +101,7 @@ from hyde_lc.retrievers.base import (
     retrieved,
     valid_k,
 )
+from hyde_lc.retrievers.config import hyde_config, hyde_fields
 from hyde_lc.retrievers.label import configuration_label
 from hyde_lc.search.backend import SearchBackend, backend_for
 from hyde_lc.search.feedback import (
@@ -251,6 +252,7 @@ class HyDERetriever(DetailedRetriever):
     _transform: HyDETransform = PrivateAttr()
     _search: HybridSearch = PrivateAttr()
     _label: str | None = PrivateAttr(default=None)
+    _PER_PROCESS: ClassVar[tuple[str, ...]] = ("_transform", "_search", "_label")
 
     # -- validation ------------------------------------------------------------------
 
@@ -318,6 +320,30 @@ class HyDERetriever(DetailedRetriever):
             )
         backend.check_embeddings(embeddings)
         self._transform, self._search, self._label = transform, search, None
+
+    def _remake(self) -> None:
+        self._build()
+
+    # -- the configuration as plain data ----------------------------------------------
+
+    def to_config(self) -> dict[str, Any]:
+        """The retriever as JSON data: store location, model specs, settings; no secrets.
+
+        `from_config` builds it again, in this process or another. See
+        `hyde_lc.retrievers.config` for what it holds, and why it is not LangChain's
+        ``Serializable``. A remote model's API key is never written. Raises
+        `NotPortableError` for what cannot be written as a spec (a store other than a
+        hyde_lc collection, a model of another class, a ``PromptTemplate`` object).
+        """
+        return hyde_config(self)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], *, api_key: str | None = None) -> HyDERetriever:
+        """The retriever `to_config` described: the store opened, the models made (not loaded).
+
+        ``api_key`` is given to remote models; without it they read ``OPENAI_API_KEY``.
+        """
+        return cls(**hyde_fields(config, api_key))
 
     # -- the two units, made of the fields ---------------------------------------------
 

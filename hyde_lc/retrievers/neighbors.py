@@ -39,7 +39,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
@@ -50,7 +50,7 @@ from pydantic import PrivateAttr, field_validator, model_validator
 
 from hyde_lc.core.chunks import chunk_id
 from hyde_lc.core.language import is_cjk
-from hyde_lc.errors import InvalidSettingError
+from hyde_lc.errors import InvalidSettingError, NotPortableError
 from hyde_lc.retrievers.base import (
     PART_TIMINGS,
     DetailedRetriever,
@@ -61,6 +61,8 @@ from hyde_lc.retrievers.base import (
     retrieved,
     valid_k,
 )
+from hyde_lc.retrievers.config import check_config, load_store_config, neighbors_config
+from hyde_lc.retrievers.hyde import HyDERetriever
 from hyde_lc.search.backend import SearchBackend, backend_for
 
 logger = logging.getLogger(__name__)
@@ -475,6 +477,7 @@ class NeighborExpandingRetriever(DetailedRetriever):
     """Base hits requested per call (default 3 x k), so merged windows still make k."""
 
     _backend: SearchBackend = PrivateAttr()
+    _PER_PROCESS: ClassVar[tuple[str, ...]] = ("_backend",)
 
     @field_validator("window")
     @classmethod
@@ -502,10 +505,45 @@ class NeighborExpandingRetriever(DetailedRetriever):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise InvalidSettingError(f"{name} must be 0 or more, got {value}")
-        store = self.vectorstore
-        assert store is not None  # resolved above
-        self._backend = backend_for(store, "off")
+        self._remake()
         return self
+
+    def _remake(self) -> None:
+        store = self.vectorstore
+        assert store is not None  # resolved when made
+        self._backend = backend_for(store, "off")
+
+    def to_config(self) -> dict[str, Any]:
+        """The retriever and its base as JSON data (see `HyDERetriever.to_config`).
+
+        Raises `NotPortableError` for a base that is neither a `HyDERetriever` nor a
+        `NeighborExpandingRetriever`.
+        """
+        base = self.base_retriever
+        if not isinstance(base, HyDERetriever | NeighborExpandingRetriever):
+            raise NotPortableError(
+                f"the base retriever ({type(base).__name__}) cannot be written as a "
+                "configuration: to_config writes a HyDERetriever base. Pickle the retriever "
+                "instead to send it to another process"
+            )
+        return neighbors_config(self, base.to_config())
+
+    @classmethod
+    def from_config(
+        cls, config: dict[str, Any], *, api_key: str | None = None
+    ) -> NeighborExpandingRetriever:
+        """The retriever `to_config` described, its base included (``api_key``: as there)."""
+        config = check_config(config, "NeighborExpandingRetriever")
+        base_config = config["base"]
+        base: DetailedRetriever
+        if isinstance(base_config, dict) and base_config.get("retriever") == cls.__name__:
+            base = cls.from_config(base_config, api_key=api_key)
+        else:
+            base = HyDERetriever.from_config(base_config, api_key=api_key)
+        fields: dict[str, Any] = dict(config.get("settings") or {})
+        if config.get("store") is not None:
+            fields["vectorstore"] = load_store_config(config["store"], api_key)
+        return cls(base_retriever=base, **fields)
 
     @property
     def span(self) -> tuple[int, int]:

@@ -31,6 +31,7 @@ Example:
 from __future__ import annotations
 
 import contextvars
+import os
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -60,6 +61,20 @@ BACKGROUND = ThreadPoolExecutor(max_workers=8, thread_name_prefix="hyde-side")
 """Work that does not wait for the step before it: the query's embedding while the
 hypotheses are written, and the lexical search while the dense side embeds and searches.
 Its tasks never wait on each other, so a full pool only queues them."""
+
+
+def _pool_of_its_own() -> None:
+    """In a forked child: a new `BACKGROUND`. The parent's pool threads were not copied.
+
+    (A pool copied by ``fork`` believes its idle threads are there and queues tasks
+    nobody runs: a retriever in a ``multiprocessing`` worker would wait forever.)
+    """
+    global BACKGROUND
+    BACKGROUND = ThreadPoolExecutor(max_workers=8, thread_name_prefix="hyde-side")
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_pool_of_its_own)
 
 
 def in_background(fn: Any, *args: Any) -> Future[Any]:

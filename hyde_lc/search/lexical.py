@@ -29,7 +29,7 @@ from typing import Any
 
 from langchain_core.documents import Document
 
-from hyde_lc.errors import InvalidSettingError
+from hyde_lc.errors import InvalidSettingError, NotPortableError
 from hyde_lc.search.backend import backend_for
 from hyde_lc.search.vectorstore_backend import LexicalSide
 from hyde_lc.store.lexical_index import LexicalIndex, lexical_query
@@ -79,6 +79,22 @@ class LexicalSearch:
         self._lock = threading.Lock()
         self._built_count = self.backend.size()
         self._counted_at = 0.0
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its store: another process (a worker) indexes the store again.
+
+        An index that follows its store (`from_store`) is made there anew from the store,
+        when it is unpickled. One built `from_documents` holds chunks the store may not
+        list, and raises `NotPortableError` saying what to use instead.
+        """
+        if not self.follow_store:
+            raise NotPortableError(
+                "a LexicalSearch built from_documents holds its index in this process only, "
+                "so it cannot be sent to another one: use LexicalSearch.from_store(store), "
+                "which the other process builds again from the store, or a collection "
+                "ingested by hyde_lc, which carries its own index"
+            )
+        return (type(self).from_store, (self.vectorstore,))
 
     @classmethod
     def from_documents(cls, vectorstore: Any, documents: Iterable[Any]) -> LexicalSearch:

@@ -40,6 +40,7 @@ from hyde_lc.core.settings import (
     settings,
 )
 from hyde_lc.errors import (
+    NotPortableError,
     StoreError,
     StoreUnavailableError,
 )
@@ -179,6 +180,9 @@ class StoreLocation:
         assert self.path is not None
         if self.path.exists() and not self.path.is_dir():
             raise StoreError(f"store location {self.path} is a file, not a folder")
+        check_not_forked(f"the store folder {self.path}")
+        global _opened_embedded
+        _opened_embedded = True
         return chromadb.PersistentClient(path=str(self.path), settings=settings)
 
     def has_store(self) -> bool:
@@ -188,6 +192,47 @@ class StoreLocation:
         if self.path.exists() and not self.path.is_dir():
             raise StoreError(f"store location {self.path} is a file, not a folder")
         return (self.path / SQLITE_FILE).is_file()
+
+
+_opened_embedded = False
+"""Whether this process has opened a store folder (chromadb's embedded engine)."""
+_forked_from_embedded = False
+"""Whether this process was forked from one that had opened a store folder."""
+
+
+def _clients_of_its_own() -> None:
+    """In a forked child: forget the parent's chromadb clients, and say whether it had any.
+
+    chromadb shares one client system per folder or server within a process. Its
+    embedded engine does not survive ``fork``: a forked child that asks it, or opens a
+    folder anew, waits forever. So such a child refuses to open a folder, saying what to
+    do (`check_not_forked`); a server is reached by a client of the child's own, not
+    through the parent's connections.
+    """
+    global _forked_from_embedded
+    _forked_from_embedded = _forked_from_embedded or _opened_embedded
+    ChromaClient.clear_system_cache()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_clients_of_its_own)
+
+
+def check_not_forked(where: str) -> None:
+    """Refuse to open an embedded store in a child forked after its parent opened one.
+
+    Raises `NotPortableError` naming ``where`` and the ways out (spawn, a server).
+    """
+    if _forked_from_embedded:
+        raise NotPortableError(
+            f"cannot open {where} in this process: it was forked (multiprocessing's 'fork' "
+            "start method, the default on Linux before Python 3.14) from a process that had "
+            "opened an embedded Chroma store, and Chroma's engine does not work in a forked "
+            "copy (its calls would wait forever). Start the workers with 'spawn' or "
+            "'forkserver' (ProcessPoolExecutor(mp_context=multiprocessing.get_context("
+            "'spawn'))), or serve the store (chroma run --path DIR) and open it with "
+            "open_store(url=...)"
+        )
 
 
 class _BoundedHttpClient(ChromaClient):

@@ -44,7 +44,7 @@ from langchain_core.embeddings import Embeddings
 
 from hyde_lc.core.language import valid_unicode
 from hyde_lc.core.settings import settings
-from hyde_lc.errors import InvalidSettingError, StoreError
+from hyde_lc.errors import HydeLcError, InvalidSettingError, StoreError
 from hyde_lc.store.chroma_collection import (
     COSINE,
     META_MODEL,
@@ -104,6 +104,18 @@ class HydeChroma(Chroma):
         """The collection with its BM25 index: the one write path, and both search sides."""
         self.override_relevance_score_fn = self.distance_to_relevance
         weakref.finalize(self, hybrid.release)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as where the collection lives and its embeddings, never its client.
+
+        Unpickled (in a worker process, say), the store is opened again at the same
+        folder or server (`reopen_store`) with a client of that process's own; the
+        embeddings travel as their settings, their weights loaded at their first use. A
+        store that cannot be opened there and then (a server not reachable, a folder that
+        is not there) is unpickled all the same, and its first use says why: an error
+        while unpickling would end a worker process without a word to its caller.
+        """
+        return (_unpickled_store, (self.location, self.embeddings))
 
     # -- what the store is ----------------------------------------------------------------
 
@@ -504,6 +516,17 @@ def open_store(
     """
     location = StoreLocation.resolve(path, url, collection, timeout)
     check_collection_name(location.collection)
+    return reopen_store(location, embeddings)
+
+
+def reopen_store(location: StoreLocation, embeddings: Embeddings | None = None) -> HydeChroma:
+    """The collection at ``location`` opened again (how a pickled `HydeChroma` is restored).
+
+    A store folder is opened with a client of this process's own (a read-only folder
+    through a copy of its own); a Chroma server is reached at its address.
+    ``embeddings`` are checked against the model the collection records, as by
+    `open_store`.
+    """
     try:
         chroma = ChromaCollection.open(location)
     except StoreError:
@@ -513,6 +536,14 @@ def open_store(
     embeddings = embeddings or _default_embeddings(chroma.existing())
     chroma.check_embeddings(embeddings, location.describe())
     return HydeChroma(HybridCollection(chroma, embeddings))
+
+
+def _unpickled_store(location: StoreLocation, embeddings: Embeddings) -> HydeChroma:
+    """A pickled `HydeChroma` restored: `reopen_store`, else opened at its first use."""
+    try:
+        return reopen_store(location, embeddings)
+    except HydeLcError:  # said by its first use, where the caller sees it
+        return HydeChroma(HybridCollection(ChromaCollection(location), embeddings))
 
 
 def _default_embeddings(collection: Any) -> Embeddings:
