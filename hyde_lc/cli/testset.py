@@ -47,6 +47,7 @@ def cmd_testset(args: argparse.Namespace) -> int:
         writer=default_writer(args.writer),
         seed=args.seed,
         resume=not args.restart,
+        max_drafts=args.max_drafts,
     )
     dropped = ", ".join(f"{k} {v}" for k, v in sorted(summary.rejected.items())) or "none"
     per_q = summary.seconds_per_question
@@ -58,11 +59,12 @@ def cmd_testset(args: argparse.Namespace) -> int:
     if summary.rejected:
         print(f"dropped drafts and why: {shown_line(str(summary.rejected_file))}")
     if summary.kept < args.n:
-        print(
-            f"hyde-lc: only {summary.kept} of {args.n} questions: the collection has no more "
-            "chunks the checks accept",
-            file=sys.stderr,
+        why = (
+            f"--max-drafts {args.max_drafts} reached; run again to go on"
+            if args.max_drafts
+            else "the collection has no more chunks whose questions pass the checks"
         )
+        print(f"hyde-lc: only {summary.kept} of {args.n} questions: {why}", file=sys.stderr)
     print(f"next: hyde-lc tune {shown_line(args.out)}")
     return 0
 
@@ -122,6 +124,12 @@ def add_commands(sub: Any) -> None:
     )
     testset.add_argument(
         "--seed", type=non_negative_int, default=0, help="which chunks (default 0)"
+    )
+    testset.add_argument(
+        "--max-drafts",
+        type=positive_int,
+        metavar="N",
+        help="stop after N drafts, kept or dropped (default: until --n are kept)",
     )
     testset.add_argument(
         "--restart", action="store_true", help="start --out afresh (its questions are lost)"

@@ -544,12 +544,14 @@ def make_testset(
     resume: bool = True,
     progress: bool = True,
     min_chunk_terms: int = MIN_CHUNK_TERMS,
+    max_drafts: int | None = None,
 ) -> TestsetSummary:
     """Write ``n`` checked questions on chunks spread across ``source`` to ``out``.
 
     ``writer`` is any LangChain chat model (default: `default_writer`). Chunks with fewer
-    than ``min_chunk_terms`` search terms are passed over. Resumable: see the module
-    docstring. Returns what was kept and dropped, and the writing time.
+    than ``min_chunk_terms`` search terms are passed over. ``max_drafts`` caps the drafts
+    this call writes (kept or dropped): a budget for a writer the checks reject often.
+    Resumable: see the module docstring. Returns what was kept and dropped, and the writing time.
     """
     if n < 1:
         raise HydeLcError(f"a test set needs at least one question, not {n}")
@@ -593,7 +595,13 @@ def make_testset(
             path.open("a", encoding="utf-8") as kept,
             rejected_file.open("a", encoding="utf-8") as dropped,
         ):
-            for chunk in _until(candidates, lambda: summary.kept >= n):
+            drafts = 0
+
+            def done() -> bool:
+                return summary.kept >= n or (max_drafts is not None and drafts >= max_drafts)
+
+            for chunk in _until(candidates, done):
+                drafts += 1
                 draft = write_question(chunk, writer_model, rules, source.search)
                 summary.writer_calls += draft.calls
                 summary.seconds += draft.seconds
