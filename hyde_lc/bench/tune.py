@@ -299,6 +299,32 @@ class TuneReport:
             ]
         return "\n".join(lines)
 
+    def chosen_retriever(self, store: VectorStore, llm: Any = None, k: int = 4) -> Any:
+        """The recommended configuration as a retriever over ``store`` (windows included).
+
+        ``llm`` writes the hypotheses of a HyDE configuration (default: the hypothesis
+        writer in force).
+        """
+        from hyde_lc.retrievers.hyde import HyDERetriever
+        from hyde_lc.retrievers.neighbors import NeighborExpandingRetriever
+
+        fields = dict(by_name(self.recommendation.name).mode.fields)
+        lexical = fields.pop("lexical", "auto")
+        if int(fields.get("n_hypotheses", 1)) and llm is None:
+            from hyde_lc.models.loading import load_llm
+
+            llm = load_llm(role="hypothesis")
+        base = HyDERetriever(
+            vectorstore=store,
+            hypothesis_llm=llm if int(fields.get("n_hypotheses", 1)) else None,
+            k=k,
+            lexical=lexical,
+            **fields,
+        )
+        if not self.window_choice:
+            return base
+        return NeighborExpandingRetriever(base_retriever=base, k=k, window=self.window_choice)
+
     def choice(self) -> str:
         """The recommendation as a sentence, keyword arguments and flags."""
         config = by_name(self.recommendation.name)

@@ -169,6 +169,8 @@ def test_tune_reports_every_configuration_with_intervals_costs_and_a_choice(stor
     text = report.choice()
     assert "Python: " in text and "hyde-lc: " in text
     assert [w.window for w in report.windows] == [0, 1, 2]
+    chosen = report.chosen_retriever(store, llm=hypotheses)
+    assert chosen.invoke(read_testset(made)[0].question)  # the choice, ready to use
 
 
 def test_tune_writes_its_report(store, made, tmp_path):
