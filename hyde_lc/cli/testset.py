@@ -36,7 +36,8 @@ TUNE_NAMES = ("dense", "bm25", "hybrid", "hybrid HyDE", "dense HyDE")
 
 def cmd_testset(args: argparse.Namespace) -> int:
     """``hyde-lc testset``: write (or resume) a test set made from the collection."""
-    from hyde_lc.evaluation.testset import ChunkSource, default_writer, make_testset
+    from hyde_lc.evaluation.question_writer import default_writer
+    from hyde_lc.evaluation.testset import ChunkSource, make_testset
 
     store = open_collection(args, must_exist=True)
     source = ChunkSource.of_store(store)

@@ -19,12 +19,12 @@ from hyde_lc.evaluation.question_checks import (
     refers_to_passage,
     word_overlap,
 )
+from hyde_lc.evaluation.question_writer import parse_draft
 from hyde_lc.evaluation.runs import read_questions
 from hyde_lc.evaluation.testset import (
     ChunkSource,
     check_references,
     make_testset,
-    parse_draft,
     read_testset,
     rejected_path,
     spread_order,
@@ -320,7 +320,7 @@ def test_a_question_file_without_reference_ids_is_no_test_set(tmp_path):
 def test_the_examples_in_the_docstrings_hold():
     import doctest
 
-    from hyde_lc.evaluation import question_checks, testset
+    from hyde_lc.evaluation import question_checks, question_writer, testset
 
-    for module in (question_checks, testset):
+    for module in (question_checks, question_writer, testset):
         assert doctest.testmod(module).failed == 0
