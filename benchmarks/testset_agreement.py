@@ -29,6 +29,7 @@ import shutil
 import statistics
 import subprocess
 import time
+from collections import Counter
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,23 @@ def testset_path(name: str, spec: str) -> Path:
     return OUT / f"{name}-{writer_tag(spec)}.jsonl"
 
 
+def cmd_time(args: argparse.Namespace) -> None:
+    """What making a set took so far (for a writer timed on a few questions only)."""
+    out = testset_path(args.set, args.writer)
+    report = {
+        "set": args.set,
+        "writer": args.writer,
+        "making": making(out),
+        "command": f"python benchmarks/testset_agreement.py make {args.set} --n N "
+        f"--writer {args.writer}",
+        "date": date.today().isoformat(),
+        "commit": commit(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared)",
+    }
+    out.with_suffix(".time.json").write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
+
+
 def cmd_make(args: argparse.Namespace) -> None:
     data = dataset(args.set)
     source, _ = chunk_source(args.set, data)
@@ -97,7 +115,9 @@ def cmd_make(args: argparse.Namespace) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     writer = default_writer(args.writer)
-    summary = make_testset(source, out, n=args.n, writer=writer, seed=args.seed)
+    summary = make_testset(
+        source, out, n=args.n, writer=writer, seed=args.seed, max_drafts=args.max_drafts
+    )
     report = {
         "set": args.set,
         "writer": args.writer,
@@ -144,6 +164,32 @@ def draft_questions(out: Path) -> list[Question]:
             enumerate(drafts)]  # fmt: skip
 
 
+def making(out: Path) -> dict[str, Any]:
+    """What writing the set took, from its own lines (kept and dropped drafts)."""
+    kept = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    rejected = rejected_path(out)
+    dropped = [json.loads(line) for line in rejected.read_text().splitlines() if line.strip()]
+    seconds = sum(r["testset"]["seconds"] for r in kept) + sum(r["seconds"] for r in dropped)
+    calls = sum(r["testset"]["writer_calls"] for r in kept) + sum(
+        r["writer_calls"] for r in dropped
+    )
+    rewritten = [r for r in kept if r["testset"]["first_draft"]]
+    return {
+        "kept": len(kept),
+        "drafts": len(kept) + len(dropped),
+        "dropped": dict(Counter(r["reason"] for r in dropped)),
+        "rewrites_kept": len(rewritten),
+        "rewrites_identical_to_draft": sum(
+            1 for r in dropped if r.get("first_draft") and r["first_draft"] == r["question"]
+        ),
+        "writer_calls": calls,
+        "writing_seconds": round(seconds, 1),
+        "seconds_per_kept_question": round(seconds / len(kept), 1) if kept else None,
+        "seconds_per_writer_call": round(seconds / calls, 1) if calls else None,
+        "extrapolated_seconds_for_100": round(100 * seconds / len(kept)) if kept else None,
+    }
+
+
 def mean_overlap(questions: list[Question], data: BeirDataset) -> float:
     return statistics.fmean(
         word_overlap(q.question, data.corpus[(q.reference_context_ids or [""])[0]])
@@ -187,8 +233,6 @@ def cmd_compare(args: argparse.Namespace) -> None:
     names = [c.name for c in TUNE_CONFIGS]
     tau = kendalltau([real_ndcg[n] for n in names], [after_ndcg[n] for n in names])
     chosen = after.recommendation.name
-    made = json.loads(out.with_suffix(".make.json").read_text()) if out.with_suffix(
-        ".make.json").is_file() else None  # fmt: skip
     report = {
         "set": args.set,
         "writer": args.writer,
@@ -217,7 +261,7 @@ def cmd_compare(args: argparse.Namespace) -> None:
         },
         "synthetic_tune": after.to_json(),
         "real_tune": without_per_question(real.to_json()),
-        "making": made,
+        "making": making(out),
         "command": f"python benchmarks/testset_agreement.py compare {args.set} "
         f"--writer {args.writer}",
         "seconds": round(time.perf_counter() - started, 1),
@@ -239,7 +283,12 @@ def main() -> None:
     make.add_argument("--n", type=int, default=100)
     make.add_argument("--writer", default="local:qwen2.5-coder-0.5b")
     make.add_argument("--seed", type=int, default=0)
+    make.add_argument("--max-drafts", type=int, default=None)
     make.set_defaults(func=cmd_make)
+    timing = sub.add_parser("time", help="what making a set took, from its files")
+    timing.add_argument("set", choices=sorted(SETS))
+    timing.add_argument("--writer", default="local:qwen2.5-coder-0.5b")
+    timing.set_defaults(func=cmd_time)
     compare = sub.add_parser("compare", help="synthetic against real over the configurations")
     compare.add_argument("set", choices=sorted(SETS))
     compare.add_argument("--writer", default="local:qwen2.5-coder-0.5b")
