@@ -69,7 +69,7 @@ class TuneConfig:
     """A configuration `tune` measures: the bench's `BenchMode`, and how a user selects it.
 
     Example:
-        >>> by_name("dense HyDE").flags
+        >>> by_name("dense-hyde").flags
         '--mode hyde --lexical off'
 
     """
@@ -92,13 +92,13 @@ TUNE_CONFIGS = (
     TuneConfig("bm25", BM25, 'dense_weight=0.0, hybrid_fusion="rrf"', ""),
     TuneConfig("hybrid", HYBRID, "(the defaults)", "--mode standard"),
     TuneConfig(
-        "hybrid HyDE",
+        "hybrid-hyde",
         BenchMode({"n_hypotheses": 1}),
         'hypothesis_llm=load_llm(role="hypothesis")',
         "--mode hyde",
     ),
     TuneConfig(
-        "dense HyDE",
+        "dense-hyde",
         BenchMode({"n_hypotheses": 1, "lexical": "off"}),
         'hypothesis_llm=load_llm(role="hypothesis"), lexical="off"',
         "--mode hyde --lexical off",

@@ -30,7 +30,7 @@ from hyde_lc.cli.options import (
 )
 from hyde_lc.cli.render import shown_line
 
-TUNE_NAMES = ("dense", "bm25", "hybrid", "hybrid HyDE", "dense HyDE")
+TUNE_NAMES = ("dense", "bm25", "hybrid", "hybrid-hyde", "dense-hyde")
 """`hyde_lc.bench.tune.TUNE_CONFIGS` by name (pinned by tests/unit/test_cli_parser.py)."""
 
 

@@ -25,14 +25,14 @@ COSTS = {
     "dense": (0, 0.01),
     "bm25": (0, 0.003),
     "hybrid": (0, 0.02),
-    "hybrid HyDE": (1, 2.0),
-    "dense HyDE": (1, 2.0),
+    "hybrid-hyde": (1, 2.0),
+    "dense-hyde": (1, 2.0),
 }
 
 
 def scores(**means: list[float]) -> dict[str, dict[str, float]]:
     """Configuration -> question -> score, from per-question lists."""
-    return {name.replace("_", " "): dict(enumerate(values)) for name, values in means.items()}
+    return {name.replace("_", "-"): dict(enumerate(values)) for name, values in means.items()}
 
 
 def flat(value: float, n: int = 40) -> list[float]:
@@ -57,16 +57,16 @@ def test_the_cheapest_wins_when_nothing_beats_it():
 
 
 def test_a_dearer_configuration_wins_when_it_beats_every_cheaper_one():
-    s = scores(dense=flat(0.3), bm25=flat(0.4), hybrid=flat(0.5), hybrid_HyDE=flat(0.6))
+    s = scores(dense=flat(0.3), bm25=flat(0.4), hybrid=flat(0.5), hybrid_hyde=flat(0.6))
     choice = recommend(s, COSTS, resamples=500)
-    assert choice.name == "hybrid HyDE"
+    assert choice.name == "hybrid-hyde"
     assert set(choice.beaten) == {"dense", "bm25", "hybrid"}
     assert "every cheaper one is beaten" in choice.reason()
 
 
 def test_a_gain_inside_the_noise_does_not_buy_the_llm():
     # HyDE is better on average, but its interval against hybrid includes 0.
-    s = scores(hybrid=noisy(0.5), hybrid_HyDE=jitter(noisy(0.5)))
+    s = scores(hybrid=noisy(0.5), hybrid_hyde=jitter(noisy(0.5)))
     assert recommend(s, COSTS, resamples=500).name == "hybrid"
 
 
@@ -77,7 +77,7 @@ def test_equal_costs_prefer_the_current_default_then_names():
 
 
 def test_a_configuration_beaten_by_a_dearer_one_is_passed_over_for_the_next():
-    s = scores(bm25=flat(0.3), hybrid=flat(0.5), hybrid_HyDE=flat(0.5))
+    s = scores(bm25=flat(0.3), hybrid=flat(0.5), hybrid_hyde=flat(0.5))
     choice = recommend(s, COSTS, resamples=100)
     assert choice.name == "hybrid" and choice.beaten == {"bm25": "hybrid"}
 
@@ -162,7 +162,7 @@ def test_tune_reports_every_configuration_with_intervals_costs_and_a_choice(stor
         if row is not default:
             low, high = row.vs_default["nDCG@10"]["ci"]
             assert low <= row.vs_default["nDCG@10"]["delta"] <= high
-    assert report.row("hybrid HyDE").config.llm_calls == 1
+    assert report.row("hybrid-hyde").config.llm_calls == 1
     assert report.row("bm25").mean("Success@5") > 0  # the reference chunks are found by id
     assert len(hypotheses.log) == len(read_testset(made))  # written once, shared, reused
     assert report.recommendation.name in TUNE_NAMES
