@@ -1,4 +1,7 @@
-"""The benchmark harness: retrieval quality (and speed) of retriever configurations on BEIR.
+"""The benchmark harness: retrieval quality and speed of configurations; `tune` chooses one.
+
+`tune` measures the configurations on a test set made from your own collection
+(`hyde_lc.evaluation.testset`) and recommends one; the rest runs on BEIR data sets.
 
 The names below are imported on first use (the harness loads numpy, LangChain and the
 models).
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
         select_modes,
         write_report,
     )
+    from hyde_lc.bench.tune import TUNE_CONFIGS, Recommendation, TuneReport, recommend, tune
 
 _EXPORTS = {
     "BeirDataset": "hyde_lc.bench.beir",
@@ -58,6 +62,11 @@ _EXPORTS = {
     "paired_bootstrap": "hyde_lc.bench.retrieval",
     "run_benchmark": "hyde_lc.bench.retrieval",
     "write_report": "hyde_lc.bench.retrieval",
+    "TUNE_CONFIGS": "hyde_lc.bench.tune",
+    "Recommendation": "hyde_lc.bench.tune",
+    "TuneReport": "hyde_lc.bench.tune",
+    "recommend": "hyde_lc.bench.tune",
+    "tune": "hyde_lc.bench.tune",
 }
 """Public name -> the module that defines it."""
 
@@ -68,18 +77,23 @@ __all__ = [
     "HYBRID",
     "MODE_KINDS",
     "STANDARD",
+    "TUNE_CONFIGS",
     "BeirDataset",
     "BenchMode",
     "BenchReport",
     "Comparison",
     "ExactIndex",
     "ModeResult",
+    "Recommendation",
+    "TuneReport",
     "default_modes",
     "hyde_variants",
     "load_beir",
     "paired_bootstrap",
+    "recommend",
     "run_benchmark",
     "select_modes",
+    "tune",
     "write_report",
 ]
 

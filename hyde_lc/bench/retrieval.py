@@ -284,13 +284,16 @@ class BenchMode:
     def retriever(
         self,
         index: VectorStore,
-        lexical: LexicalSearch,
+        lexical: LexicalSearch | Literal["auto"],
         llm: Any = None,
         cache: Any = None,
     ) -> HyDERetriever:
-        """The configuration as a retriever over ``index`` (``lexical``: its BM25 side)."""
+        """The configuration as a retriever over ``index``.
+
+        ``lexical`` is its BM25 side, or ``"auto"`` for a hyde_lc collection's own index.
+        """
         fields = dict(self.fields)
-        side: LexicalSearch | Literal["off"] = (
+        side: LexicalSearch | Literal["auto", "off"] = (
             lexical if fields.pop("lexical", "auto") == "auto" else "off"
         )
         return HyDERetriever(
@@ -476,6 +479,12 @@ class ModeResult:
     per_query_ndcg: dict[str, float]
     fallbacks: int = 0
     hypothesis_seconds: list[float] = field(default_factory=list)
+    runs: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
+    """Query id -> the ranking (document id, score), best first."""
+    query_seconds: dict[str, float] = field(default_factory=dict)
+    """Query id -> seconds its retrieval took, hypotheses included (written or cached)."""
+    written: dict[str, float] = field(default_factory=dict)
+    """Query id -> seconds spent writing its hypotheses, for queries the cache did not hold."""
     vs_dense: Comparison | None = None
     """Against the dense baseline (``standard``)."""
     vs_best_no_llm: Comparison | None = None
@@ -663,21 +672,75 @@ async def _run_mode(
     fallbacks, seconds = 0, []
     bar = tqdm(total=len(data.queries), desc=mode.label, unit="q")
 
+    took: dict[str, float] = {}
+    written: dict[str, float] = {}
+
     async def one(query_id: str, text: str) -> None:
         nonlocal fallbacks
         async with gate:
+            started = time.perf_counter()
             result = await retriever.aretrieve_with_details(text)
+            took[query_id] = time.perf_counter() - started
         ranked = [str(d.id) for d in result.documents]
         runs[query_id] = [(doc_id, float(DEPTH - rank)) for rank, doc_id in enumerate(ranked)]
         fallbacks += result.fallback is not None
         if mode.n_hypotheses and result.cache_hits < len(result.prompts):
             seconds.append(result.timings["hypothesis_s"])
+            written[query_id] = result.timings["hypothesis_s"]
         bar.update()
 
     await asyncio.gather(*(one(q, t) for q, t in data.queries.items()))
     bar.close()
     metrics, per_query = ir_metrics(data.qrels, runs)
-    return ModeResult(mode, metrics, per_query, fallbacks, seconds)
+    return ModeResult(mode, metrics, per_query, fallbacks, seconds, runs, took, written)
+
+
+def run_modes(
+    data: BeirDataset,
+    modes: Sequence[BenchMode],
+    index: VectorStore,
+    lexical: LexicalSearch | Literal["auto"],
+    llm: Any = None,
+    cache: Any = None,
+    concurrency: int = 4,
+) -> list[ModeResult]:
+    """Each configuration over ``index`` on ``data``'s queries, in order (all built first)."""
+    retrievers = [m.retriever(index, lexical, llm, cache) for m in modes]  # all checked first
+    return [
+        asyncio.run(_run_mode(data, r, m, concurrency))
+        for m, r in zip(modes, retrievers, strict=True)
+    ]
+
+
+def per_query_measures(
+    qrels: dict[str, dict[str, int]],
+    runs: dict[str, list[tuple[str, float]]],
+    measures: Sequence[str],
+) -> dict[str, dict[str, float]]:
+    """Each measure (ir-measures' names: ``nDCG@10``, ``RR@10``, ``Success@5``) per query.
+
+    Queries the run does not cover score 0.
+
+    Example:
+        >>> per_query_measures({"q": {"d": 1}}, {"q": [("x", 2.0), ("d", 1.0)]},
+        ...                    ["RR@10", "Success@1"])
+        {'RR@10': {'q': 0.5}, 'Success@1': {'q': 0.0}}
+
+    """
+    try:
+        import ir_measures
+    except ImportError as exc:
+        raise MissingDependencyError("benchmark metrics", 'pip install "hyde-lc[eval]"') from exc
+    parsed = {name: ir_measures.parse_measure(name) for name in measures}
+    qrel_list = [
+        ir_measures.Qrel(q, d, rel) for q, docs in qrels.items() for d, rel in docs.items()
+    ]
+    run_list = [ir_measures.ScoredDoc(q, d, s) for q, docs in runs.items() for d, s in docs]
+    values = {name: dict.fromkeys(qrels, 0.0) for name in measures}
+    by_measure = {measure: name for name, measure in parsed.items()}
+    for metric in ir_measures.iter_calc(list(parsed.values()), qrel_list, run_list):
+        values[by_measure[metric.measure]][metric.query_id] = float(metric.value)
+    return values
 
 
 def run_benchmark(
@@ -720,11 +783,7 @@ def run_benchmark(
         cache_file = Path(hypothesis_cache or cache_dir() / "bench" / "hypotheses.sqlite")
         cache_file.expanduser().parent.mkdir(parents=True, exist_ok=True)
         cache = HypothesisCache(cache_file.expanduser())
-    retrievers = [m.retriever(index, lexical, llm, cache) for m in chosen]  # all checked first
-    results = [
-        asyncio.run(_run_mode(data, r, m, concurrency))
-        for m, r in zip(chosen, retrievers, strict=True)
-    ]
+    results = run_modes(data, chosen, index, lexical, llm, cache, concurrency)
     add_comparisons(results)
     meta = {
         "dataset": data.name,

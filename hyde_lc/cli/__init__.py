@@ -1,12 +1,13 @@
-r"""The ``hyde-lc`` command: ingest, ask, info, evaluate, compare, bench, speed.
+r"""The ``hyde-lc`` command: ingest, ask, info, evaluate, compare, testset, tune, bench, speed.
 
 One module per group of commands (`hyde_lc.cli.collection`: ingest and info;
-`hyde_lc.cli.ask`; `hyde_lc.cli.evaluate`: evaluate and compare; `hyde_lc.cli.bench`:
-bench and speed), the options they share (`hyde_lc.cli.options`) and what they print
-(`hyde_lc.cli.render`). Building the parser imports none of the heavy libraries
-(LangChain, numpy, Chroma, the model runtimes): each command imports what it needs when
-it runs, so ``hyde-lc --help`` answers at once. The commands build the library's objects
-from their options and print what those return; retrieval itself is the library's.
+`hyde_lc.cli.ask`; `hyde_lc.cli.evaluate`: evaluate and compare; `hyde_lc.cli.testset`:
+testset and tune; `hyde_lc.cli.bench`: bench and speed), the options they share
+(`hyde_lc.cli.options`) and what they print (`hyde_lc.cli.render`). Building the parser
+imports none of the heavy libraries (LangChain, numpy, Chroma, the model runtimes): each
+command imports what it needs when it runs, so ``hyde-lc --help`` answers at once. The
+commands build the library's objects from their options and print what those return;
+retrieval itself is the library's.
 
 Example:
     $ hyde-lc ingest --sample
@@ -26,7 +27,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from hyde_lc.cli import ask, bench, collection, evaluate
+from hyde_lc.cli import ask, bench, collection, evaluate, testset
 from hyde_lc.cli.options import unicode_problem
 from hyde_lc.cli.render import shown_line
 from hyde_lc.errors import HydeLcError
@@ -104,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     collection.add_commands(sub)
     ask.add_command(sub, prompts, DEFAULT_PROMPT)
     evaluate.add_commands(sub, prompts, DEFAULT_PROMPT)
+    testset.add_commands(sub)
     bench.add_commands(sub, prompts)
     return parser
 

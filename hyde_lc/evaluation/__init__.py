@@ -1,4 +1,4 @@
-"""Evaluation: per-stage usage and cost, Ragas-ready records, runs and comparisons.
+"""Evaluation: usage and cost, Ragas-ready records, runs, comparisons, and test sets.
 
 The names below are imported on first use, so importing a submodule (or this package)
 does not load Ragas, LangChain or the models until something needs them.
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from hyde_lc.evaluation.compare import ComparisonReport, compare_modes
     from hyde_lc.evaluation.compat import legacy_view, process_hyde_query
     from hyde_lc.evaluation.pricing import PricingTable, stage_cost
+    from hyde_lc.evaluation.question_checks import QuestionRules
     from hyde_lc.evaluation.ragas_metrics import (
         JUDGED_METRICS,
         OFFLINE_METRICS,
@@ -44,12 +45,25 @@ if TYPE_CHECKING:
         read_records,
     )
     from hyde_lc.evaluation.table import results_table
+    from hyde_lc.evaluation.testset import (
+        ChunkSource,
+        check_references,
+        make_testset,
+        read_testset,
+        to_ragas_dataset,
+    )
     from hyde_lc.evaluation.usage import StageUsage, UsageRecorder
 
 _EXPORTS = {
     "JUDGED_METRICS": "hyde_lc.evaluation.ragas_metrics",
     "OFFLINE_METRICS": "hyde_lc.evaluation.ragas_metrics",
+    "ChunkSource": "hyde_lc.evaluation.testset",
     "ComparisonReport": "hyde_lc.evaluation.compare",
+    "QuestionRules": "hyde_lc.evaluation.question_checks",
+    "check_references": "hyde_lc.evaluation.testset",
+    "make_testset": "hyde_lc.evaluation.testset",
+    "read_testset": "hyde_lc.evaluation.testset",
+    "to_ragas_dataset": "hyde_lc.evaluation.testset",
     "EvaluationPipeline": "hyde_lc.evaluation.records",
     "PricingTable": "hyde_lc.evaluation.pricing",
     "Question": "hyde_lc.evaluation.runs",
@@ -77,28 +91,34 @@ _EXPORTS = {
 __all__ = [
     "JUDGED_METRICS",
     "OFFLINE_METRICS",
+    "ChunkSource",
     "ComparisonReport",
     "EvaluationPipeline",
     "PricingTable",
     "Question",
+    "QuestionRules",
     "RunSummary",
     "Scores",
     "StageUsage",
     "UsageRecorder",
     "aquery_for_evaluation",
+    "check_references",
     "choose_context_metrics",
     "choose_metrics",
     "compare_modes",
     "evaluate_questions",
     "legacy_view",
+    "make_testset",
     "mean_scores",
     "process_hyde_query",
     "query_for_evaluation",
     "read_questions",
     "read_records",
+    "read_testset",
     "results_table",
     "score_records",
     "stage_cost",
+    "to_ragas_dataset",
 ]
 
 

@@ -37,9 +37,17 @@ EXPECTED = {
         "itemgetter('question') | retriever",
         "LCEL:",
     ),
-    "evaluation": ("added", "hypothesis:", "hypothesis ", "local model (no charge)", "rouge"),
+    "evaluation": (
+        "added",
+        "hypothesis:",
+        "hypothesis ",
+        "local model (no charge)",
+        "rouge",
+        "recommended: ",
+        "id_context_recall",
+    ),
 }
-IMAGES = {"quickstart": 0, "evaluation": 3}
+IMAGES = {"quickstart": 0, "evaluation": 4}
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
 

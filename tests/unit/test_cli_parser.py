@@ -160,6 +160,13 @@ def test_bench_and_speed_names_match_the_harness():
     assert bench.REMOTE_MODELS == REMOTE_MODELS
 
 
+def test_tune_names_match_the_configurations():
+    from hyde_lc.bench.tune import TUNE_CONFIGS
+    from hyde_lc.cli import testset
+
+    assert tuple(c.name for c in TUNE_CONFIGS) == testset.TUNE_NAMES
+
+
 def test_sample_languages_match_the_samples():
     from hyde_lc.ingest.samples import SAMPLE_LANGUAGES, sample_files, sample_questions
 

@@ -1,0 +1,307 @@
+"""How far can a synthetic test set be trusted? Synthetic questions against real labels.
+
+On a labelled BEIR set (SciFact test, CMRC 2018), a synthetic test set is made from the
+corpus alone (`hyde_lc.evaluation.testset.make_testset`: every corpus document is one
+chunk, its own source; the specificity check searches the same exact dense index the
+configurations use), then the configurations `hyde-lc tune` runs are measured on the real
+queries and on the synthetic ones (`hyde_lc.bench.tune`), over the same index:
+
+- Kendall's tau between the two rankings of the configurations (by nDCG@10);
+- regret: the real nDCG@10 of the configuration recommended on the synthetic set minus
+  the best real nDCG@10;
+- BM25's advantage (BM25 nDCG@10 minus dense) on real questions, on the synthetic set
+  before the checks (every parsed first draft, dropped ones included) and after;
+- the writing time per kept question.
+
+Usage:
+    python benchmarks/testset_agreement.py make scifact --n 100 --writer local:qwen2.5-coder-0.5b
+    python benchmarks/testset_agreement.py compare scifact --writer local:qwen2.5-coder-0.5b
+
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import time
+from collections import Counter
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from langchain_core.documents import Document
+
+from hyde_lc.bench.beir import BeirDataset, load_beir
+from hyde_lc.bench.retrieval import corpus_index, corpus_lexical
+from hyde_lc.bench.tune import TUNE_CONFIGS, by_name, tune
+from hyde_lc.evaluation.question_checks import word_overlap
+from hyde_lc.evaluation.question_writer import default_writer
+from hyde_lc.evaluation.runs import Question
+from hyde_lc.evaluation.testset import (
+    ChunkSource,
+    make_testset,
+    read_testset,
+    rejected_path,
+)
+from hyde_lc.hyde.hypothesis_cache import HypothesisCache
+from hyde_lc.models.loading import load_embeddings, load_llm
+from hyde_lc.models.weights import cache_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+OUT = ROOT / "benchmarks" / "results" / "testset"
+SETS = {
+    "scifact": {"folder": "scifact", "embeddings": "local:minilm"},
+    "cmrc": {"folder": "cmrc2018_zh", "embeddings": "local:multilingual-e5-small"},
+}
+
+
+def commit() -> str:
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def writer_tag(spec: str) -> str:
+    return spec.split(":", 1)[-1].replace("/", "_")
+
+
+def dataset(name: str) -> BeirDataset:
+    return load_beir(DATA / SETS[name]["folder"], split="test")
+
+
+def chunk_source(name: str, data: BeirDataset) -> tuple[ChunkSource, Any]:
+    """Every corpus document as one chunk (its own source), searched by the exact index."""
+    index = corpus_index(data, load_embeddings(SETS[name]["embeddings"]))
+    chunks = [Document(text, id=doc_id, metadata={"source": doc_id}) for doc_id, text in
+              data.corpus.items()]  # fmt: skip
+
+    def search(question: str, k: int) -> list[Document]:
+        return index.similarity_search(question, k=k)
+
+    return ChunkSource(data.name, chunks, search), index
+
+
+def testset_path(name: str, spec: str) -> Path:
+    return OUT / f"{name}-{writer_tag(spec)}.jsonl"
+
+
+def cmd_time(args: argparse.Namespace) -> None:
+    """What making a set took so far (for a writer timed on a few questions only)."""
+    out = testset_path(args.set, args.writer)
+    report = {
+        "set": args.set,
+        "writer": args.writer,
+        "making": making(out),
+        "command": f"python benchmarks/testset_agreement.py make {args.set} --n N "
+        f"--writer {args.writer}",
+        "date": date.today().isoformat(),
+        "commit": commit(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared)",
+    }
+    out.with_suffix(".time.json").write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
+
+
+def cmd_make(args: argparse.Namespace) -> None:
+    data = dataset(args.set)
+    source, _ = chunk_source(args.set, data)
+    out = testset_path(args.set, args.writer)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    writer = default_writer(args.writer)
+    summary = make_testset(
+        source, out, n=args.n, writer=writer, seed=args.seed, max_drafts=args.max_drafts
+    )
+    report = {
+        "set": args.set,
+        "writer": args.writer,
+        "n": args.n,
+        "kept": summary.kept,
+        "rejected": summary.rejected,
+        "writer_calls": summary.writer_calls,
+        "writing_seconds": round(summary.seconds, 1),
+        "seconds_per_kept_question": summary.seconds_per_question,
+        "this_call_wall_seconds": round(time.perf_counter() - started, 1),
+        "command": f"python benchmarks/testset_agreement.py make {args.set} --n {args.n} "
+        f"--writer {args.writer}",
+        "date": date.today().isoformat(),
+        "commit": commit(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared)",
+    }
+    (out.with_suffix(".make.json")).write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
+
+
+def real_questions(data: BeirDataset) -> list[Question]:
+    """The labelled queries as questions whose reference chunks are their relevant documents."""
+    return [
+        Question(text, reference_context_ids=sorted(d for d, rel in data.qrels[q].items() if rel),
+                 key=q)
+        for q, text in data.queries.items()
+    ]  # fmt: skip
+
+
+def draft_questions(out: Path) -> list[Question]:
+    """Every parsed first draft (kept or dropped), on its chunk: the set before the checks."""
+    rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    drafts = [
+        (r["testset"]["first_draft"] or r["question"], r["reference_context_ids"][0]) for r in rows
+    ]
+    rejected = rejected_path(out)
+    if rejected.is_file():
+        for line in rejected.read_text().splitlines():
+            r = json.loads(line)
+            text = r.get("first_draft") or r.get("question")
+            if text:
+                drafts.append((text, r["chunk_id"]))
+    return [Question(t, reference_context_ids=[c], key=f"d{i}") for i, (t, c) in
+            enumerate(drafts)]  # fmt: skip
+
+
+def making(out: Path) -> dict[str, Any]:
+    """What writing the set took, from its own lines (kept and dropped drafts)."""
+    kept = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    rejected = rejected_path(out)
+    dropped = [json.loads(line) for line in rejected.read_text().splitlines() if line.strip()]
+    seconds = sum(r["testset"]["seconds"] for r in kept) + sum(r["seconds"] for r in dropped)
+    calls = sum(r["testset"]["writer_calls"] for r in kept) + sum(
+        r["writer_calls"] for r in dropped
+    )
+    rewritten = [r for r in kept if r["testset"]["first_draft"]]
+    return {
+        "kept": len(kept),
+        "drafts": len(kept) + len(dropped),
+        "dropped": dict(Counter(r["reason"] for r in dropped)),
+        "rewrites_kept": len(rewritten),
+        "rewrites_identical_to_draft": sum(
+            1 for r in dropped if r.get("first_draft") and r["first_draft"] == r["question"]
+        ),
+        "writer_calls": calls,
+        "writing_seconds": round(seconds, 1),
+        "seconds_per_kept_question": round(seconds / len(kept), 1) if kept else None,
+        "seconds_per_writer_call": round(seconds / calls, 1) if calls else None,
+        "extrapolated_seconds_for_100": round(100 * seconds / len(kept)) if kept else None,
+    }
+
+
+def mean_overlap(questions: list[Question], data: BeirDataset) -> float:
+    return statistics.fmean(
+        word_overlap(q.question, data.corpus[(q.reference_context_ids or [""])[0]])
+        for q in questions
+    )
+
+
+def ndcg(report: Any) -> dict[str, float]:
+    return {r.config.name: r.mean("nDCG@10") for r in report.rows}
+
+
+def without_per_question(report: dict[str, Any]) -> dict[str, Any]:
+    rows = [{k: v for k, v in r.items() if k != "per_question"} for r in report["rows"]]
+    return {**report, "rows": rows}
+
+
+def cmd_compare(args: argparse.Namespace) -> None:
+    from scipy.stats import kendalltau
+
+    data = dataset(args.set)
+    _, index = chunk_source(args.set, data)
+    lexical = corpus_lexical(index, data)
+    llm = load_llm(args.hypothesis_llm, role="hypothesis", max_tokens=args.max_tokens)
+    # The committed cache holds the real queries' hypotheses; the synthetic questions' are
+    # added to a copy in the cache folder, so the committed file stays as it is.
+    copy = cache_dir() / "bench" / f"testset-{args.set}-{Path(args.hypothesis_cache).name}"
+    if not copy.is_file():
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(args.hypothesis_cache, copy)
+    cache = HypothesisCache(copy)
+    out = testset_path(args.set, args.writer)
+    synthetic = read_testset(out)
+    started = time.perf_counter()
+    common = {"llm": llm, "lexical": lexical, "hypothesis_cache": cache, "windows": ()}
+    real = tune(real_questions(data), index, **common)
+    after = tune(synthetic, index, **common)
+    cheap = [by_name("dense"), by_name("bm25")]
+    before_questions = draft_questions(out)
+    before = tune(before_questions, index, configs=cheap, **common)
+    real_ndcg, after_ndcg, before_ndcg = ndcg(real), ndcg(after), ndcg(before)
+    names = [c.name for c in TUNE_CONFIGS]
+    tau = kendalltau([real_ndcg[n] for n in names], [after_ndcg[n] for n in names])
+    chosen = after.recommendation.name
+    report = {
+        "set": args.set,
+        "writer": args.writer,
+        "hypothesis_llm": args.hypothesis_llm,
+        "embeddings": SETS[args.set]["embeddings"],
+        "corpus": len(data.corpus),
+        "real_questions": len(data.queries),
+        "synthetic_questions": len(synthetic),
+        "drafts_before_checks": len(before_questions),
+        "real_ndcg10": real_ndcg,
+        "synthetic_ndcg10": after_ndcg,
+        "kendall_tau": tau.statistic,
+        "kendall_p": tau.pvalue,
+        "recommended_on_synthetic": chosen,
+        "recommended_on_real": real.recommendation.name,
+        "regret_points": 100 * (real_ndcg[chosen] - max(real_ndcg.values())),
+        "bm25_advantage_points": {
+            "real": 100 * (real_ndcg["bm25"] - real_ndcg["dense"]),
+            "synthetic_before_checks": 100 * (before_ndcg["bm25"] - before_ndcg["dense"]),
+            "synthetic_after_checks": 100 * (after_ndcg["bm25"] - after_ndcg["dense"]),
+        },
+        "word_overlap": {
+            "real": mean_overlap(real_questions(data), data),
+            "synthetic_before_checks": mean_overlap(before_questions, data),
+            "synthetic_after_checks": mean_overlap(synthetic, data),
+        },
+        "synthetic_tune": after.to_json(),
+        "real_tune": without_per_question(real.to_json()),
+        "making": making(out),
+        "command": f"python benchmarks/testset_agreement.py compare {args.set} "
+        f"--writer {args.writer}",
+        "seconds": round(time.perf_counter() - started, 1),
+        "date": date.today().isoformat(),
+        "commit": commit(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared)",
+    }
+    path = OUT / f"{args.set}-{writer_tag(args.writer)}-compare.json"
+    path.write_text(json.dumps(report, indent=1, ensure_ascii=False))
+    print(real.markdown(), after.markdown(), after.choice(), sep="\n\n")
+    print(json.dumps({k: v for k, v in report.items() if not k.endswith("_tune")}, indent=1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    make = sub.add_parser("make", help="make (or resume) the synthetic set")
+    make.add_argument("set", choices=sorted(SETS))
+    make.add_argument("--n", type=int, default=100)
+    make.add_argument("--writer", default="local:qwen2.5-coder-0.5b")
+    make.add_argument("--seed", type=int, default=0)
+    make.add_argument("--max-drafts", type=int, default=None)
+    make.set_defaults(func=cmd_make)
+    timing = sub.add_parser("time", help="what making a set took, from its files")
+    timing.add_argument("set", choices=sorted(SETS))
+    timing.add_argument("--writer", default="local:qwen2.5-coder-0.5b")
+    timing.set_defaults(func=cmd_time)
+    compare = sub.add_parser("compare", help="synthetic against real over the configurations")
+    compare.add_argument("set", choices=sorted(SETS))
+    compare.add_argument("--writer", default="local:qwen2.5-coder-0.5b")
+    compare.add_argument("--hypothesis-llm", default="local:qwen2.5-coder-0.5b")
+    compare.add_argument("--max-tokens", type=int, default=64)
+    compare.add_argument(
+        "--hypothesis-cache",
+        default=str(ROOT / "benchmarks/results/hypotheses/scifact-qwen2.5-coder-0.5b.sqlite"),
+    )
+    compare.set_defaults(func=cmd_compare)
+    args = parser.parse_args()
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
