@@ -197,6 +197,23 @@ def mean_overlap(questions: list[Question], data: BeirDataset) -> float:
     )
 
 
+def advantage_by_overlap(report: Any, questions: list[Question]) -> dict[str, Any]:
+    """BM25's advantage over dense (nDCG@10 points) in the lower and upper half of the
+    synthetic questions by word overlap with their chunk (a diagnostic of the bias)."""
+    overlap = {q.key: q.extra["testset"]["overlap"] for q in questions}
+    ordered = sorted(overlap, key=overlap.__getitem__)
+    half = len(ordered) // 2
+    bm25, dense = report.row("bm25").scores["nDCG@10"], report.row("dense").scores["nDCG@10"]
+    out: dict[str, Any] = {}
+    for name, keys in (("low_overlap_half", ordered[:half]), ("high_overlap_half", ordered[half:])):
+        out[name] = {
+            "questions": len(keys),
+            "mean_overlap": statistics.fmean(overlap[k] for k in keys),
+            "bm25_advantage_points": 100 * statistics.fmean(bm25[k] - dense[k] for k in keys),
+        }
+    return out
+
+
 def ndcg(report: Any) -> dict[str, float]:
     return {r.config.name: r.mean("nDCG@10") for r in report.rows}
 
@@ -254,6 +271,7 @@ def cmd_compare(args: argparse.Namespace) -> None:
             "synthetic_before_checks": 100 * (before_ndcg["bm25"] - before_ndcg["dense"]),
             "synthetic_after_checks": 100 * (after_ndcg["bm25"] - after_ndcg["dense"]),
         },
+        "bm25_advantage_by_overlap": advantage_by_overlap(after, synthetic),
         "word_overlap": {
             "real": mean_overlap(real_questions(data), data),
             "synthetic_before_checks": mean_overlap(before_questions, data),

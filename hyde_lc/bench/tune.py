@@ -30,6 +30,7 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -152,7 +153,8 @@ def recommend(
 
     ``scores``: configuration -> question -> score (every configuration on the same
     questions); ``costs``: configuration -> (LLM calls, seconds) per question, compared in
-    that order, seconds to the hundredth (closer is noise); on a tie the current default
+    that order, seconds in whole seconds (searches without an LLM take milliseconds, and
+    which is faster by a few of them is timing noise); on a tie the current default
     (`REFERENCE`) goes first, then names in order. "Beats": the paired bootstrap interval
     (`hyde_lc.bench.retrieval.paired_bootstrap`) of the other's score minus this one's
     lies above 0.
@@ -164,7 +166,7 @@ def recommend(
         'dear'
 
     """
-    names = sorted(scores, key=lambda n: (costs[n][0], round(costs[n][1], 2), n != REFERENCE, n))
+    names = sorted(scores, key=lambda n: (costs[n][0], math.floor(costs[n][1]), n != REFERENCE, n))
     if not names:
         raise HydeLcError("no configuration to choose from")
     questions = sorted(scores[names[0]])

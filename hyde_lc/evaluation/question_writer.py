@@ -157,6 +157,21 @@ def parse_draft(reply: str) -> tuple[str | None, str | None]:
     return question, answer
 
 
+def parse_rewrite(reply: str) -> str | None:
+    """The question of a rewrite: its ``Question:`` line, else a reply of one line.
+
+    Example:
+        >>> parse_rewrite("Who finished the reef light?"), parse_rewrite("Question: Who?")
+        ('Who finished the reef light?', 'Who?')
+
+    """
+    question, _ = parse_draft(reply)
+    if question is not None:
+        return question
+    lines = [line.strip() for line in strip_reasoning(reply).splitlines() if line.strip()]
+    return lines[0].strip("*\"'` ") if len(lines) == 1 else None
+
+
 def default_writer(spec: str | None = None) -> BaseChatModel:
     """The writer: ``spec``, else the hypothesis writer in force, greedy (reproducible)."""
     from hyde_lc.models.loading import load_llm, resolve_llm_spec
@@ -210,7 +225,7 @@ def write_question(
         assert verdict.problem is not None
         draft.first_draft = draft.question
         prompt = rewrite_prompt(chunk.page_content, draft.question, verdict.problem)
-        rewritten, _ = parse_draft(_ask(writer, prompt, draft))
+        rewritten = parse_rewrite(_ask(writer, prompt, draft))
         if rewritten is None:
             draft.problem = verdict.problem
             draft.verdict = verdict

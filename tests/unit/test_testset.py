@@ -192,7 +192,7 @@ def test_a_copying_question_is_rewritten_and_a_copying_rewrite_dropped(tmp_path)
     copy = "Question: Who completed it in 1810 after four summers of work?\nAnswer: Stevenson"
     writer = ByChunk(
         script={
-            "bell": [copy, "Question: Which engineer finished the reef tower off Angus?"],
+            "bell": [copy, "Which engineer finished the reef tower off Angus?"],  # no label
             "eddy": [
                 "Question: Who raised the first Eddystone light was a wooden tower?\n"
                 "Answer: Henry Winstanley",

@@ -22,11 +22,11 @@ from hyde_lc.ingest.files import ingest_paths
 from tests.fakes import ScriptedChat
 
 COSTS = {
-    "dense": (0, 0.01),
-    "bm25": (0, 0.003),
-    "hybrid": (0, 0.02),
-    "hybrid-hyde": (1, 2.0),
-    "dense-hyde": (1, 2.0),
+    "dense": (0, 2.0),
+    "bm25": (0, 1.0),
+    "hybrid": (0, 3.0),
+    "hybrid-hyde": (1, 5.0),
+    "dense-hyde": (1, 5.0),
 }
 
 
@@ -70,10 +70,11 @@ def test_a_gain_inside_the_noise_does_not_buy_the_llm():
     assert recommend(s, COSTS, resamples=500).name == "hybrid"
 
 
-def test_equal_costs_prefer_the_current_default_then_names():
-    s = scores(dense=flat(0.5), hybrid=flat(0.5))
-    same = {"dense": (0, 0.011), "hybrid": (0, 0.012)}
+def test_milliseconds_apart_is_a_tie_and_the_current_default_goes_first():
+    s = scores(bm25=flat(0.5), dense=flat(0.5), hybrid=flat(0.5))
+    same = {"bm25": (0, 0.04), "dense": (0, 0.03), "hybrid": (0, 0.06)}
     assert recommend(s, same, resamples=100).name == REFERENCE
+    assert recommend(scores(bm25=flat(0.5), dense=flat(0.5)), same, resamples=100).name == "bm25"
 
 
 def test_a_configuration_beaten_by_a_dearer_one_is_passed_over_for_the_next():
