@@ -36,7 +36,28 @@ def _needs() -> dict[MetricType, set[str]]:
 
 
 @dataclass
-class ContainedContextPrecision(SingleTurnMetric):
+class _Containment(SingleTurnMetric):
+    """What both metrics share: the columns, the threshold, no model to set up."""
+
+    _required_columns: dict[MetricType, set[str]] = field(default_factory=_needs)
+    threshold: float = FOUND_AT
+    """The share of a reference a chunk must hold (`hyde_lc.evaluation.containment`)."""
+
+    def init(self, run_config: RunConfig) -> None:
+        """Nothing to set up: no model."""
+
+    def _score(self, retrieved: list[str], references: list[str]) -> float:
+        raise NotImplementedError
+
+    async def _single_turn_ascore(self, sample: SingleTurnSample, callbacks: Callbacks) -> float:
+        return self._score(sample.retrieved_contexts or [], sample.reference_contexts or [])
+
+    async def _ascore(self, row: dict[str, Any], callbacks: Callbacks) -> float:
+        return await self._single_turn_ascore(SingleTurnSample(**row), callbacks)
+
+
+@dataclass
+class ContainedContextPrecision(_Containment):
     """Rank-aware share of the retrieved chunks that hold a reference context.
 
     `hyde_lc.evaluation.containment.contained_precision` on a Ragas sample.
@@ -52,24 +73,13 @@ class ContainedContextPrecision(SingleTurnMetric):
     """
 
     name: str = "contained_context_precision"
-    _required_columns: dict[MetricType, set[str]] = field(default_factory=_needs)
-    threshold: float = FOUND_AT
-    """The share of a reference a chunk must hold (`hyde_lc.evaluation.containment`)."""
 
-    def init(self, run_config: RunConfig) -> None:
-        """Nothing to set up: no model."""
-
-    async def _single_turn_ascore(self, sample: SingleTurnSample, callbacks: Callbacks) -> float:
-        return contained_precision(
-            sample.retrieved_contexts or [], sample.reference_contexts or [], self.threshold
-        )
-
-    async def _ascore(self, row: dict[str, Any], callbacks: Callbacks) -> float:
-        return await self._single_turn_ascore(SingleTurnSample(**row), callbacks)
+    def _score(self, retrieved: list[str], references: list[str]) -> float:
+        return contained_precision(retrieved, references, self.threshold)
 
 
 @dataclass
-class ContainedContextRecall(SingleTurnMetric):
+class ContainedContextRecall(_Containment):
     """Share of the reference contexts that some retrieved chunk holds.
 
     `hyde_lc.evaluation.containment.contained_recall` on a Ragas sample.
@@ -85,17 +95,6 @@ class ContainedContextRecall(SingleTurnMetric):
     """
 
     name: str = "contained_context_recall"
-    _required_columns: dict[MetricType, set[str]] = field(default_factory=_needs)
-    threshold: float = FOUND_AT
-    """The share of a reference a chunk must hold (`hyde_lc.evaluation.containment`)."""
 
-    def init(self, run_config: RunConfig) -> None:
-        """Nothing to set up: no model."""
-
-    async def _single_turn_ascore(self, sample: SingleTurnSample, callbacks: Callbacks) -> float:
-        return contained_recall(
-            sample.retrieved_contexts or [], sample.reference_contexts or [], self.threshold
-        )
-
-    async def _ascore(self, row: dict[str, Any], callbacks: Callbacks) -> float:
-        return await self._single_turn_ascore(SingleTurnSample(**row), callbacks)
+    def _score(self, retrieved: list[str], references: list[str]) -> float:
+        return contained_recall(retrieved, references, self.threshold)
