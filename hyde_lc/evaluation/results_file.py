@@ -34,7 +34,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,18 +116,20 @@ def encode(record: dict[str, Any]) -> bytes:
     return (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def _parse(raw: bytes) -> dict[str, Any] | None:
+def _parse(raw: bytes, accept: Callable[[Any], bool]) -> dict[str, Any] | None:
     try:
         value = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return None  # RecursionError: nested deeper than Python parses; no record is
-    return value if is_record(value) else None
+    return value if accept(value) else None
 
 
-def scan(path: str | os.PathLike[str]) -> Contents:
+def scan(path: str | os.PathLike[str], accept: Callable[[Any], bool] = is_record) -> Contents:
     """Every non-blank line of ``path``, each parsed as a record or not (nothing changes).
 
     Lines split at newline bytes only, as records are written; a missing file has none.
+    ``accept`` says which JSON values are records (by default evaluation records; a test
+    set's lines are any JSON object).
     """
     target = Path(path)
     try:
@@ -143,7 +145,7 @@ def scan(path: str | os.PathLike[str]) -> Contents:
     for index, piece in enumerate(pieces):
         raw = piece + b"\n" if index < len(pieces) - 1 else piece
         if raw.strip():
-            lines.append(Line(index + 1, raw, _parse(raw)))
+            lines.append(Line(index + 1, raw, _parse(raw, accept)))
     return Contents(target, lines)
 
 

@@ -40,7 +40,6 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import random
 from collections import Counter
@@ -63,7 +62,7 @@ from hyde_lc.evaluation.question_writer import (
     default_writer,
     write_question,
 )
-from hyde_lc.evaluation.results_file import exclusive, replace_lines
+from hyde_lc.evaluation.results_file import encode, exclusive, replace_lines, scan
 from hyde_lc.store.lexical_index import analyze
 
 REJECTED_SUFFIX = ".rejected.jsonl"
@@ -232,25 +231,15 @@ def rejected_path(out: Path) -> Path:
 
 def _read_lines(path: Path) -> list[dict[str, Any]]:
     """The JSON objects of ``path``; a last line cut short by a kill is dropped from it."""
-    if not path.is_file():
-        return []
-    raw = path.read_bytes()
-    pieces = raw.split(b"\n")
-    rows: list[dict[str, Any]] = []
-    for number, piece in enumerate(pieces, start=1):
-        if not piece.strip():
-            continue
-        try:
-            rows.append(json.loads(piece))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            if number == len(pieces):  # cut short: rewrite the file without it
-                replace_lines(path, [p + b"\n" for p in pieces[:-1] if p.strip()])
-                break
-            raise HydeLcError(
-                f"{path}:{number} is not a JSON line of a test set: give --out a new file, "
-                "or pass --restart (resume=False) to start it afresh"
-            ) from None
-    return rows
+    contents = scan(path, accept=lambda value: isinstance(value, dict))
+    if contents.damaged:
+        raise HydeLcError(
+            f"{path}:{contents.damaged[0].number} is not a JSON line of a test set: give --out "
+            "a new file, or pass --restart (resume=False) to start it afresh"
+        )
+    if contents.torn is not None:  # cut short: rewrite the file without it
+        replace_lines(path, [line.raw for line in contents.records])
+    return [line.record for line in contents.records if line.record is not None]
 
 
 def _check_resume(rows: list[dict[str, Any]], source: ChunkSource, writer: str, out: Path) -> None:
@@ -336,7 +325,7 @@ def _rejected_row(draft: Draft, source: ChunkSource, writer: str) -> dict[str, A
 
 
 def _append(handle: Any, row: dict[str, Any]) -> None:
-    handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    handle.write(encode(row))
     handle.flush()
     os.fsync(handle.fileno())
 
@@ -400,8 +389,8 @@ def make_testset(
         )
         path.parent.mkdir(parents=True, exist_ok=True)
         with (
-            path.open("a", encoding="utf-8") as kept,
-            rejected_file.open("a", encoding="utf-8") as dropped,
+            path.open("ab") as kept,
+            rejected_file.open("ab") as dropped,
         ):
             drafts = 0
 
