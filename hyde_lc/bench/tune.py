@@ -17,6 +17,11 @@ Seconds per question are measured on the machine that runs `tune`: each configur
 search time (hypotheses read from a cache all configurations share), plus, for HyDE, its
 hypotheses per question times the mean seconds a hypothesis took to write.
 
+Questions written on a chunk share its words, and that favours BM25 (`LexicalLead`): on a
+test set from `hyde_lc.evaluation.testset`, the report shows BM25's lead over dense
+search in the half of the questions that copy least from their chunk beside the half that
+copies most, so a user can see how much of the lead is the set's and not the retrieval's.
+
 Example:
     >>> from hyde_lc import open_store
     >>> from hyde_lc.bench.tune import tune
@@ -186,6 +191,82 @@ def recommend(
     return Recommendation(candidates[0], beaten, candidates, names)
 
 
+# -- the set's bias toward BM25 --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LexicalLead:
+    """BM25's lead over dense search, in the halves of a test set split by word overlap.
+
+    A question written on a chunk shares its words (``overlap``: the share of its search
+    terms the chunk holds, stored by `hyde_lc.evaluation.testset`), and shared words are
+    what BM25 matches. The half that copies least is the nearer to the questions users
+    write, so its lead is the one to trust; a lead that grows with overlap (by 2 points or
+    more between the halves) is the set's, and `sentence` says so.
+
+    Example:
+        >>> lead = LexicalLead(8.1, (41, 0.66, 4.0), (42, 0.85, 12.1))
+        >>> lead.sentence().split(";")[0]
+        "BM25's lead over dense on nDCG@10: +8.1 points over all questions"
+
+    """
+
+    overall: float
+    """BM25 minus dense nDCG@10 over every question (points)."""
+    low: tuple[int, float, float]
+    """The half that copies least: (questions, mean overlap, lead in points)."""
+    high: tuple[int, float, float]
+    """The half that copies most: (questions, mean overlap, lead in points)."""
+
+    def sentence(self) -> str:
+        """What the lead says, in one paragraph."""
+        (_, low_overlap, low_lead), (_, high_overlap, high_lead) = self.low, self.high
+        text = (
+            f"BM25's lead over dense on nDCG@10: {self.overall:+.1f} points over all questions; "
+            f"{low_lead:+.1f} over the half whose terms their chunk holds least (overlap "
+            f"{low_overlap:.2f}), {high_lead:+.1f} over the half it holds most "
+            f"({high_overlap:.2f})."
+        )
+        if high_lead - low_lead >= 2.0:
+            text += (
+                " The lead grows with the words a question copies from its chunk: on "
+                "questions written without the chunk in front of them, expect it nearer "
+                "the lower figure."
+            )
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        halves = {"low_overlap_half": self.low, "high_overlap_half": self.high}
+        return {
+            "bm25_lead_points": self.overall,
+            **{
+                name: {"questions": n, "mean_overlap": overlap, "bm25_lead_points": lead}
+                for name, (n, overlap, lead) in halves.items()
+            },
+        }
+
+
+def lexical_lead(
+    bm25: Mapping[str, float], dense: Mapping[str, float], overlap: Mapping[str, float]
+) -> LexicalLead | None:
+    """BM25's lead over dense (question -> nDCG@10 each) by halves of ``overlap``.
+
+    None when fewer than 4 questions carry an overlap (a half of one says nothing).
+    """
+    keys = sorted((k for k in overlap if k in bm25 and k in dense), key=lambda k: (overlap[k], k))
+    if len(keys) < 4:
+        return None
+
+    def half(part: list[str]) -> tuple[int, float, float]:
+        lead = 100 * statistics.fmean(bm25[k] - dense[k] for k in part)
+        return len(part), statistics.fmean(overlap[k] for k in part), lead
+
+    middle = len(keys) // 2
+    overall = 100 * statistics.fmean(bm25[k] - dense[k] for k in keys)
+    return LexicalLead(overall, half(keys[:middle]), half(keys[middle:]))
+
+
 # -- running it ---------------------------------------------------------------------------
 
 
@@ -259,6 +340,8 @@ class TuneReport:
     meta: dict[str, Any]
     windows: list[WindowRow] = field(default_factory=list)
     window_choice: int | None = None
+    lead: LexicalLead | None = None
+    """BM25's lead over dense by the questions' overlap with their chunk (a test set's)."""
 
     def row(self, name: str) -> TuneRow:
         """The row of configuration ``name``."""
@@ -299,6 +382,8 @@ class TuneReport:
                 f"| {100 * w.hit_rate:.1f}% | {w.chars:.0f} |"
                 for w in self.windows
             ]
+        if self.lead is not None:
+            lines += ["", self.lead.sentence()]
         return "\n".join(lines)
 
     def chosen_retriever(self, store: VectorStore, llm: Any = None, k: int = 4) -> Any:
@@ -360,6 +445,7 @@ class TuneReport:
                 {"window": w.window, "k": w.k, "hit_rate": w.hit_rate, "chars": w.chars}
                 for w in self.windows
             ],
+            "lexical_lead": self.lead.to_json() if self.lead is not None else None,
         }
 
     def plot(self, path: Path) -> Path:
@@ -443,6 +529,7 @@ def tune(
         costs = {r.config.name: (float(r.config.llm_calls), r.seconds) for r in rows}
         choice = recommend({r.config.name: r.scores[PRIMARY] for r in rows}, costs, resamples)
         report = TuneReport(rows, choice, _meta(items, store, llm, needs_llm, note, started))
+        report.lead = _lead(rows, items)
         if windows and lexical == "auto" and _has_chunk_positions(items):
             chosen = by_name(choice.name)
             base = chosen.mode.retriever(store, lexical, llm, cache)
@@ -472,6 +559,18 @@ def _checked(items: list[Any], store: Any, allow_changed: bool) -> tuple[list[An
     if not kept:
         raise HydeLcError(f"{check.describe()}: no question is left; make a new test set")
     return kept, check.describe()
+
+
+def _lead(rows: Sequence[TuneRow], items: Sequence[Any]) -> LexicalLead | None:
+    scores = {r.config.name: r.scores[PRIMARY] for r in rows}
+    overlap = {
+        q.key: float(q.extra["testset"]["overlap"])
+        for q in items
+        if isinstance(q.extra.get("testset"), dict) and "overlap" in q.extra["testset"]
+    }
+    if "bm25" not in scores or "dense" not in scores:
+        return None
+    return lexical_lead(scores["bm25"], scores["dense"], overlap)
 
 
 def _rows(

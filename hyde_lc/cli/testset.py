@@ -36,7 +36,7 @@ TUNE_NAMES = ("dense", "bm25", "hybrid", "hybrid-hyde", "dense-hyde")
 
 def cmd_testset(args: argparse.Namespace) -> int:
     """``hyde-lc testset``: write (or resume) a test set made from the collection."""
-    from hyde_lc.evaluation.question_writer import default_writer
+    from hyde_lc.evaluation.question_writer import default_rephraser, default_writer
     from hyde_lc.evaluation.testset import ChunkSource, make_testset
 
     store = open_collection(args, must_exist=True)
@@ -46,6 +46,7 @@ def cmd_testset(args: argparse.Namespace) -> int:
         Path(args.out),
         n=args.n,
         writer=default_writer(args.writer),
+        rephraser=None if args.rephraser == "none" else default_rephraser(args.rephraser),
         seed=args.seed,
         resume=not args.restart,
         max_drafts=args.max_drafts,
@@ -122,6 +123,13 @@ def add_commands(sub: Any) -> None:
         type=model_spec,
         help="model spec of the writer (default: the hypothesis writer, "
         "$HYDE_LC_HYPOTHESIS_LLM or local:qwen2.5-coder-0.5b)",
+    )
+    testset.add_argument(
+        "--rephraser",
+        type=model_spec,
+        help="model spec that puts every question in everyday words from the question "
+        "alone (default: the answer model, $HYDE_LC_ANSWER_LLM or local:qwen2.5-coder-1.5b); "
+        "none: the writer rewrites copied questions with the chunk in view",
     )
     testset.add_argument(
         "--seed", type=non_negative_int, default=0, help="which chunks (default 0)"

@@ -7,6 +7,14 @@ copies its chunk or leans on it, `rewrite_prompt`), and, given the collection's 
 counts the other chunks that answer it as well. `hyde_lc.evaluation.testset` keeps or drops
 the `Draft`.
 
+A question written with its chunk in view shares the chunk's words, which favours BM25.
+So every draft is put in everyday words by a rephraser (`default_rephraser`: the answer
+model in force, the local 1.5B by default) that sees the question alone, never the chunk
+(`rephrase_prompt`), before the checks: the question then reads like one asked by someone
+who has not read the document. Small writers repeat a question they are asked to rewrite
+while the passage is in front of them; shown the question alone, the 1.5B model rephrases
+it. Without a rephraser, the writer is asked once to rewrite a draft that copies.
+
 Example:
     >>> from langchain_core.language_models import FakeListChatModel
     >>> chunk = Document("Robert Stevenson completed the Bell Rock lighthouse in 1810.", id="c")
@@ -42,6 +50,8 @@ SPECIFICITY_DEPTH = 10
 """Hits of the question's own search examined for other chunks that answer it."""
 WRITER_MAX_TOKENS = 96
 """Tokens the writer may spend on a question and its answer."""
+REPHRASER_MAX_TOKENS = 64
+"""Tokens the rephraser may spend on its one question."""
 
 SearchFn = Callable[[str, int], list[Document]]
 """``search(question, k)``: the collection's dense hits for a question, best first."""
@@ -98,10 +108,25 @@ REWRITE_PROMPT_ZH = """段落：
 严格按一行回复：
 问题：……"""
 
+REPHRASE_PROMPT = """Ask the same thing as this question, the way a curious reader would ask \
+it in everyday words, in one short question. Do not reuse its long phrases.{language}
+
+Question: {question}
+Reader's question:"""
+
+REPHRASE_PROMPT_ZH = """用日常的话，像一个好奇的读者那样，换一种说法问同一件事。\
+只写一个简短的问题，不要沿用原问题里的长短语。
+
+原问题：{question}
+读者的问题："""
+
 _PROBLEMS = {
     "copies": ("copies words from the passage", "照抄了原文的词句"),
     "refers to the passage": ("only makes sense next to the passage", "离开原文就看不懂"),
 }
+_REPHRASE_LABEL = re.compile(
+    r"^\W*(reader'?s question|读者的问题|新的问法)\s*[:：]\s*", re.IGNORECASE
+)
 _LINE = re.compile(
     r"^\W*(question|answer|q|a|问题|答案|回答)\s*\W*\s*[:：]\s*(.+)$", re.IGNORECASE | re.MULTILINE
 )
@@ -133,6 +158,28 @@ def rewrite_prompt(chunk: str, question: str, problem: str) -> str:
     return REWRITE_PROMPT.format(
         chunk=text, question=question, problem=english, language=_language_note(text)
     )
+
+
+def rephrase_prompt(question: str) -> str:
+    """The rephraser's prompt: ``question`` alone, to be asked again in everyday words."""
+    if _is_chinese(question):
+        return REPHRASE_PROMPT_ZH.format(question=question)
+    return REPHRASE_PROMPT.format(question=question, language=_language_note(question))
+
+
+def parse_rephrase(reply: str) -> str | None:
+    """The question of a rephraser's reply (its first line, any label taken off).
+
+    Example:
+        >>> parse_rephrase("Reader's question: Why can ships see the light so far?")
+        'Why can ships see the light so far?'
+
+    """
+    for line in strip_reasoning(reply).splitlines():
+        text = _REPHRASE_LABEL.sub("", line.strip()).strip("*\"'` ").strip()
+        if text:
+            return parse_rewrite(text) or text
+    return None
 
 
 def parse_draft(reply: str) -> tuple[str | None, str | None]:
@@ -181,6 +228,15 @@ def default_writer(spec: str | None = None) -> BaseChatModel:
     )
 
 
+def default_rephraser(spec: str | None = None) -> BaseChatModel:
+    """The rephraser: ``spec``, else the answer model in force, greedy, one short question."""
+    from hyde_lc.models.loading import load_llm, resolve_llm_spec
+
+    return load_llm(
+        resolve_llm_spec(spec, "answer"), role="answer", max_tokens=REPHRASER_MAX_TOKENS
+    )
+
+
 @dataclass
 class Draft:
     """One chunk's question as written, rewritten and checked, with its cost."""
@@ -209,8 +265,14 @@ def write_question(
     writer: BaseChatModel,
     rules: QuestionRules,
     search: SearchFn | None,
+    rephraser: BaseChatModel | None = None,
 ) -> Draft:
-    """Draft a question on ``chunk``, rewrite it once if it copies, and check it."""
+    """Draft a question on ``chunk``, put it in other words, and check it.
+
+    Without a ``rephraser`` the writer rewrites a draft that copies its chunk or leans on
+    it, once, with the chunk in view. With one, every draft is rephrased from the
+    question alone (module docstring), and a rephrasing that still copies is dropped.
+    """
     draft = Draft(chunk)
     draft.question, draft.answer = parse_draft(
         _ask(writer, write_prompt(chunk.page_content), draft)
@@ -218,10 +280,17 @@ def write_question(
     if draft.question is None or draft.answer is None:
         draft.problem = "unparsed"
         return draft
+    if rephraser is not None:
+        draft.first_draft = draft.question
+        rephrased = parse_rephrase(_ask(rephraser, rephrase_prompt(draft.question), draft))
+        if rephrased is None:
+            draft.problem = "unparsed"
+            return draft
+        draft.question = rephrased
     started = time.perf_counter()
     verdict = judge_draft(draft.question, draft.answer, chunk.page_content, rules)
     draft.seconds += time.perf_counter() - started
-    if verdict.needs_rewrite:
+    if verdict.needs_rewrite and rephraser is None:
         assert verdict.problem is not None
         draft.first_draft = draft.question
         prompt = rewrite_prompt(chunk.page_content, draft.question, verdict.problem)

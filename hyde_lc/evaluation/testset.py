@@ -16,8 +16,8 @@ well), and appends each question to a JSON Lines file that
      "testset": {"collection": "<fingerprint>", "chunk_digests": {...}, "writer": "...",
                  "overlap": 0.5, "copied": 2.0, "first_draft": null, ...}}
 
-Drafts that were dropped go to ``<out>.rejected.jsonl`` with the reason, so a user (and
-`testset_bias`) can see what the checks removed.
+Drafts that were dropped go to ``<out>.rejected.jsonl`` with the reason, so a user can see
+what the checks removed.
 
 Resuming: lines are appended and flushed one by one; the same call again skips the chunks
 already tried (kept or dropped) and goes on until ``n`` questions are kept. A collection
@@ -46,7 +46,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.documents import Document
 from langchain_core.language_models.chat_models import BaseChatModel
@@ -59,6 +59,7 @@ from hyde_lc.evaluation.question_checks import (
 from hyde_lc.evaluation.question_writer import (
     Draft,
     SearchFn,
+    default_rephraser,
     default_writer,
     write_question,
 )
@@ -242,8 +243,11 @@ def _read_lines(path: Path) -> list[dict[str, Any]]:
     return [line.record for line in contents.records if line.record is not None]
 
 
-def _check_resume(rows: list[dict[str, Any]], source: ChunkSource, writer: str, out: Path) -> None:
+def _check_resume(
+    rows: list[dict[str, Any]], source: ChunkSource, writers: tuple[str, str | None], out: Path
+) -> None:
     """Refuse to add to a file made from another collection or by another writer."""
+    writer, rephraser = writers
     for row in rows:
         meta = row.get("testset")
         if not isinstance(meta, dict):
@@ -262,6 +266,12 @@ def _check_resume(rows: list[dict[str, Any]], source: ChunkSource, writer: str, 
             raise HydeLcError(
                 f"{out} was started with the writer {meta.get('writer')}, not {writer}: "
                 "continue with that writer, or pass --restart (resume=False)"
+            )
+        if meta.get("rephraser") != rephraser:
+            started = meta.get("rephraser") or "no rephraser"
+            raise HydeLcError(
+                f"{out} was started with {started}, not {rephraser or 'none'}: continue "
+                "with the same --rephraser, or pass --restart (resume=False)"
             )
 
 
@@ -283,7 +293,9 @@ def _norm(question: str) -> str:
     return " ".join(analyze(question))
 
 
-def _kept_row(draft: Draft, number: int, source: ChunkSource, writer: str) -> dict[str, Any]:
+def _kept_row(
+    draft: Draft, number: int, source: ChunkSource, writers: tuple[str, str | None]
+) -> dict[str, Any]:
     chunk = draft.chunk
     ids = [str(chunk.id), *draft.others]
     texts = [source.by_id[i].page_content for i in ids]
@@ -299,7 +311,8 @@ def _kept_row(draft: Draft, number: int, source: ChunkSource, writer: str) -> di
         "testset": {
             "collection": source.fingerprint,
             "chunk_digests": {i: chunk_digest(t) for i, t in zip(ids, texts, strict=True)},
-            "writer": writer,
+            "writer": writers[0],
+            "rephraser": writers[1],
             "overlap": draft.verdict.overlap,
             "copied": draft.verdict.copied,
             "first_draft": draft.first_draft,
@@ -309,7 +322,9 @@ def _kept_row(draft: Draft, number: int, source: ChunkSource, writer: str) -> di
     }
 
 
-def _rejected_row(draft: Draft, source: ChunkSource, writer: str) -> dict[str, Any]:
+def _rejected_row(
+    draft: Draft, source: ChunkSource, writers: tuple[str, str | None]
+) -> dict[str, Any]:
     return {
         "chunk_id": str(draft.chunk.id),
         "reason": draft.problem,
@@ -318,7 +333,8 @@ def _rejected_row(draft: Draft, source: ChunkSource, writer: str) -> dict[str, A
         "reference": draft.answer,
         "other_answers": draft.others,
         "collection": source.fingerprint,
-        "writer": writer,
+        "writer": writers[0],
+        "rephraser": writers[1],
         "writer_calls": draft.calls,
         "seconds": round(draft.seconds, 3),
     }
@@ -336,6 +352,7 @@ def make_testset(
     n: int = 100,
     *,
     writer: BaseChatModel | None = None,
+    rephraser: BaseChatModel | Literal["default"] | None = "default",
     rules: QuestionRules | None = None,
     seed: int = 0,
     resume: bool = True,
@@ -345,7 +362,10 @@ def make_testset(
 ) -> TestsetSummary:
     """Write ``n`` checked questions on chunks spread across ``source`` to ``out``.
 
-    ``writer`` is any LangChain chat model (default: `default_writer`). Chunks with fewer
+    ``writer`` is any LangChain chat model (default: `default_writer`); ``rephraser``, a
+    second one that puts every draft in everyday words from the question alone (default:
+    `default_rephraser`, the answer model in force; see `hyde_lc.evaluation.question_writer`;
+    None: the writer rewrites copied drafts with the chunk in view). Chunks with fewer
     than ``min_chunk_terms`` search terms are passed over. ``max_drafts`` caps the drafts
     this call writes (kept or dropped): a budget for a writer the checks reject often.
     Resumable: see the module docstring. Returns what was kept and dropped, and the writing time.
@@ -357,14 +377,19 @@ def make_testset(
     writer_model = writer if writer is not None else default_writer()
     from hyde_lc.models.loading import llm_model_name
 
-    writer_name = llm_model_name(writer_model)
+    if rephraser == "default":
+        rephraser = default_rephraser()
+    writers = (
+        llm_model_name(writer_model),
+        llm_model_name(rephraser) if rephraser is not None else None,
+    )
     rejected_file = rejected_path(path)
     with exclusive(path, "--out"):
         if not resume:
             path.unlink(missing_ok=True)
             rejected_file.unlink(missing_ok=True)
         kept_rows, dropped_rows = _read_lines(path), _read_lines(rejected_file)
-        _check_resume(kept_rows, source, writer_name, path)
+        _check_resume(kept_rows, source, writers, path)
         tried = {i for r in kept_rows for i in r["reference_context_ids"][:1]}
         tried |= {r["chunk_id"] for r in dropped_rows}
         seen = {_norm(r["question"]) for r in kept_rows}
@@ -399,18 +424,18 @@ def make_testset(
 
             for chunk in _until(candidates, done):
                 drafts += 1
-                draft = write_question(chunk, writer_model, rules, source.search)
+                draft = write_question(chunk, writer_model, rules, source.search, rephraser)
                 summary.writer_calls += draft.calls
                 summary.seconds += draft.seconds
                 if draft.problem is None and _norm(str(draft.question)) in seen:
                     draft.problem = "duplicate"
                 if draft.problem is not None:
-                    _append(dropped, _rejected_row(draft, source, writer_name))
+                    _append(dropped, _rejected_row(draft, source, writers))
                     summary.rejected[draft.problem] = summary.rejected.get(draft.problem, 0) + 1
                     continue
                 seen.add(_norm(str(draft.question)))
                 summary.kept += 1
-                _append(kept, _kept_row(draft, summary.kept, source, writer_name))
+                _append(kept, _kept_row(draft, summary.kept, source, writers))
                 bar.update()
                 bar.set_postfix(dropped=sum(summary.rejected.values()))
         bar.close()

@@ -1,5 +1,5 @@
-"""A test set from the bundled sample with the default writer (Qwen2.5-Coder 0.5B), then
-tune, from the CLI."""
+"""A test set from the bundled sample with the default writer (Qwen2.5-Coder 0.5B) and
+the default rephraser (the answer model, Qwen2.5-Coder 1.5B), then tune, from the CLI."""
 
 from __future__ import annotations
 
@@ -44,6 +44,14 @@ def test_testset_then_tune_on_the_sample(sample_store_dir, tmp_path):
     for q in questions:
         assert q.reference_context_ids and q.reference_contexts
         assert q.extra["source"].endswith("lighthouses.pdf")
+    dropped = [json.loads(line) for line in rejected_path(out).read_text().splitlines()]
+    pairs = [(q.extra["testset"]["first_draft"], q.question) for q in questions]
+    pairs += [(r["first_draft"], r["question"]) for r in dropped if r["reason"] != "unparsed"]
+    for first, question in pairs:  # the writer's draft, then the rephraser's question
+        assert first and question
+    assert any(first != question for first, question in pairs)
+    for q in questions:
+        assert q.extra["testset"]["rephraser"].startswith("qwen2.5-coder-1.5b")
     tuned = run(
         "tune", str(out), "--configs", "dense", "bm25", "hybrid", "--windows", "0", "1",
         "--out-dir", str(tmp_path / "report"), *store,

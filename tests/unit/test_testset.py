@@ -176,7 +176,7 @@ def test_spread_takes_every_source_before_a_second_chunk_and_spreads_positions()
 
 def test_a_set_is_what_evaluate_reads_with_the_chunk_as_reference(tmp_path):
     out = tmp_path / "q.jsonl"
-    summary = make_testset(source(), out, n=4, writer=ByChunk(), progress=False)
+    summary = make_testset(source(), out, n=4, writer=ByChunk(), progress=False, rephraser=None)
     assert (summary.kept, summary.rejected) == (4, {})
     questions = read_questions(out)
     assert len(questions) == 4
@@ -201,13 +201,107 @@ def test_a_copying_question_is_rewritten_and_a_copying_rewrite_dropped(tmp_path)
         }
     )
     out = tmp_path / "q.jsonl"
-    summary = make_testset(source(), out, n=4, writer=writer, progress=False)
+    summary = make_testset(source(), out, n=4, writer=writer, progress=False, rephraser=None)
     assert summary.kept == 3 and summary.rejected == {"copies": 1}
     bell = next(q for q in read_questions(out) if q.reference_context_ids == ["bell"])
     assert bell.question == "Which engineer finished the reef tower off Angus?"
     assert bell.extra["testset"]["first_draft"].startswith("Who completed it in 1810")
     (dropped,) = [json.loads(line) for line in rejected_path(out).read_text().splitlines()]
     assert dropped["chunk_id"] == "eddy" and dropped["reason"] == "copies"
+
+
+REPHRASED = {
+    "Which engineer finished the reef tower off Angus, and when?":
+        "Who built the lighthouse on the rocks near Angus, and in what year?",
+    "What destroyed Winstanley's wooden tower on the Eddystone rocks?":
+        "What wrecked the first Eddystone light?",
+    "Who is said to have designed the great lighthouse of Egypt?":
+        "Who planned Alexandria's famous ancient light?",
+    "Where was the first stepped lighthouse lens put into service?":
+        "Which light got the first Fresnel lens?",
+}  # fmt: skip
+
+
+class Rephraser(ScriptedChat):
+    """Answers a rephrase prompt with the question's line of ``REPHRASED`` (or ``script``)."""
+
+    script: dict = Field(default_factory=dict)
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        prompt = messages[-1].content
+        self.log.append(prompt)
+        for question, reply in {**REPHRASED, **self.script}.items():
+            if question in prompt:
+                return self._result(f"Reader's question: {reply}")
+        return self._result("")
+
+
+def test_a_rephraser_puts_every_draft_in_other_words_without_seeing_the_chunk(tmp_path):
+    rephraser = Rephraser()
+    out = tmp_path / "q.jsonl"
+    summary = make_testset(
+        source(), out, n=4, writer=ByChunk(), rephraser=rephraser, progress=False
+    )
+    assert (summary.kept, summary.rejected) == (4, {})
+    assert len(rephraser.log) == 4
+    for prompt in rephraser.log:  # the question alone: no sentence of any chunk
+        assert not any(text[:40] in prompt for text in LIGHTS.values())
+    questions = read_questions(out)
+    assert {q.question for q in questions} == set(REPHRASED.values())
+    for q in questions:
+        meta = q.extra["testset"]
+        assert REPHRASED[meta["first_draft"]] == q.question
+        assert meta["rephraser"] == "Rephraser" and meta["writer_calls"] == 2
+    assert summary.writer_calls == 8  # a draft and a rephrasing each
+
+
+def test_the_default_rephraser_is_the_answer_model_in_force(tmp_path, monkeypatch):
+    from hyde_lc.evaluation import question_writer, testset
+
+    specs, made = [], Rephraser()
+
+    def load_llm(spec, role, max_tokens):
+        specs.append((spec, role, max_tokens))
+        return made
+
+    monkeypatch.setattr("hyde_lc.models.loading.load_llm", load_llm)
+    monkeypatch.setenv("HYDE_LC_ANSWER_LLM", "local:smollm2-135m")  # read at each call
+    assert testset.default_rephraser is question_writer.default_rephraser
+    summary = make_testset(source(), tmp_path / "q.jsonl", n=2, writer=ByChunk(), progress=False)
+    assert summary.kept == 2 and len(made.log) == 2  # every draft rephrased
+    assert specs == [("local:smollm2-135m", "answer", question_writer.REPHRASER_MAX_TOKENS)]
+
+
+def test_a_rephrasing_that_still_copies_is_dropped_without_a_rewrite(tmp_path):
+    draft = GOOD["bell"].splitlines()[0].removeprefix("Question: ")
+    copy = "Who completed it in 1810 after four summers of work?"
+    writer = ByChunk()
+    out = tmp_path / "q.jsonl"
+    summary = make_testset(source(), out, n=4, writer=writer,
+                           rephraser=Rephraser(script={draft: copy}), progress=False)  # fmt: skip
+    assert summary.kept == 3 and summary.rejected == {"copies": 1}
+    assert len(writer.log) == 4  # the writer is never asked for a rewrite
+    (dropped,) = [json.loads(line) for line in rejected_path(out).read_text().splitlines()]
+    assert (dropped["question"], dropped["first_draft"]) == (copy, draft)
+
+
+def test_resuming_with_another_rephraser_is_refused(tmp_path):
+    out = tmp_path / "q.jsonl"
+    make_testset(source(), out, n=2, writer=ByChunk(), rephraser=Rephraser(), progress=False)
+    with pytest.raises(HydeLcError, match="same --rephraser"):
+        make_testset(source(), out, n=4, writer=ByChunk(), progress=False, rephraser=None)
+    summary = make_testset(source(), out, n=4, writer=ByChunk(), rephraser=Rephraser(),
+                           progress=False)  # fmt: skip
+    assert summary.resumed == 2 and summary.kept == 4
+
+
+def test_a_chinese_question_is_rephrased_in_chinese():
+    from hyde_lc.evaluation.question_writer import parse_rephrase, rephrase_prompt
+
+    prompt = rephrase_prompt("元代出钱重修泉州石湖那座石塔的是谁？")
+    assert prompt.startswith("用日常的话") and "元代出钱重修" in prompt
+    assert parse_rephrase("读者的问题：谁出钱修了石湖的古塔？") == "谁出钱修了石湖的古塔？"
+    assert parse_rephrase("\n\n") is None
 
 
 def test_unsupported_answers_and_questions_many_chunks_answer_are_dropped(tmp_path):
@@ -219,7 +313,9 @@ def test_unsupported_answers_and_questions_many_chunks_answer_are_dropped(tmp_pa
     writer = ByChunk(script={"bell": "Question: Which engineer built the reef tower?\n"
                                      "Answer: Thomas Telford"})  # fmt: skip
     out = tmp_path / "q.jsonl"
-    summary = make_testset(source(search=search), out, n=4, writer=writer, progress=False)
+    summary = make_testset(
+        source(search=search), out, n=4, writer=writer, progress=False, rephraser=None
+    )
     assert summary.rejected == {"unsupported": 1, "not specific": 1}
     assert {q.reference_context_ids[0] for q in read_questions(out)} == {"eddy", "fresnel"}
 
@@ -227,36 +323,38 @@ def test_unsupported_answers_and_questions_many_chunks_answer_are_dropped(tmp_pa
 def test_resume_keeps_what_was_written_and_asks_no_chunk_twice(tmp_path):
     out = tmp_path / "q.jsonl"
     first = ByChunk()
-    make_testset(source(), out, n=2, writer=first, progress=False)
+    make_testset(source(), out, n=2, writer=first, progress=False, rephraser=None)
     before = out.read_text()
     again = ByChunk()
-    summary = make_testset(source(), out, n=4, writer=again, progress=False)
+    summary = make_testset(source(), out, n=4, writer=again, progress=False, rephraser=None)
     assert summary.resumed == 2 and summary.kept == 4
     assert out.read_text().startswith(before)
     assert len(first.log) + len(again.log) == 4  # each chunk asked once
     assert len({q.reference_context_ids[0] for q in read_questions(out)}) == 4
-    assert make_testset(source(), out, n=4, writer=ByChunk(), progress=False).kept == 4
+    assert (
+        make_testset(source(), out, n=4, writer=ByChunk(), progress=False, rephraser=None).kept == 4
+    )
 
 
 def test_a_line_cut_short_by_a_kill_is_redone(tmp_path):
     out = tmp_path / "q.jsonl"
-    make_testset(source(), out, n=2, writer=ByChunk(), progress=False)
+    make_testset(source(), out, n=2, writer=ByChunk(), progress=False, rephraser=None)
     lines = out.read_text().splitlines(keepends=True)
     out.write_text(lines[0] + lines[1][:40])  # the second line was being written
-    summary = make_testset(source(), out, n=2, writer=ByChunk(), progress=False)
+    summary = make_testset(source(), out, n=2, writer=ByChunk(), progress=False, rephraser=None)
     assert summary.resumed == 1 and summary.kept == 2
     assert len(read_questions(out)) == 2
 
 
 def test_resuming_on_a_changed_collection_is_refused_naming_the_references(tmp_path):
     out = tmp_path / "q.jsonl"
-    make_testset(source(), out, n=2, writer=ByChunk(), progress=False)
+    make_testset(source(), out, n=2, writer=ByChunk(), progress=False, rephraser=None)
     kept = [q.reference_context_ids[0] for q in read_questions(out)]
     changed = {k: v for k, v in LIGHTS.items() if k != kept[0]}
     with pytest.raises(HydeLcError, match=r"another state of the collection.*1 gone"):
-        make_testset(source(changed), out, n=3, writer=ByChunk(), progress=False)
+        make_testset(source(changed), out, n=3, writer=ByChunk(), progress=False, rephraser=None)
     summary = make_testset(source(changed), out, n=2, writer=ByChunk(), progress=False,
-                           resume=False)  # fmt: skip
+                           resume=False, rephraser=None)  # fmt: skip
     assert summary.kept == 2 and kept[0] not in {
         q.reference_context_ids[0] for q in read_questions(out)
     }
@@ -264,7 +362,7 @@ def test_resuming_on_a_changed_collection_is_refused_naming_the_references(tmp_p
 
 def test_check_references_finds_gone_and_changed_chunks(tmp_path):
     out = tmp_path / "q.jsonl"
-    make_testset(source(), out, n=4, writer=ByChunk(), progress=False)
+    make_testset(source(), out, n=4, writer=ByChunk(), progress=False, rephraser=None)
     questions = read_testset(out)
     assert check_references(questions, source()).same_collection
     edited = {**LIGHTS, "bell": LIGHTS["bell"] + " Edited.", "new": "another chunk"}
@@ -285,7 +383,12 @@ def test_chinese_chunks_get_a_chinese_prompt_and_chinese_questions(tmp_path):
     writer = PromptLog(responses=["问题：元代出钱重修泉州石湖那座石塔的是谁？\n答案：凌恢甫"])
     out = tmp_path / "zh.jsonl"
     summary = make_testset(
-        ChunkSource("zh", [Document(chunk, id="zh1")]), out, n=1, writer=writer, progress=False
+        ChunkSource("zh", [Document(chunk, id="zh1")]),
+        out,
+        n=1,
+        writer=writer,
+        progress=False,
+        rephraser=None,
     )
     assert summary.kept == 1
     assert "请写一个这段文字能够回答的问题" in writer.seen[0]
@@ -301,7 +404,7 @@ def test_a_chunk_without_an_id_is_refused():
 def test_to_ragas_dataset_has_the_reference_fields(tmp_path):
     pytest.importorskip("ragas")
     out = tmp_path / "q.jsonl"
-    make_testset(source(), out, n=2, writer=ByChunk(), progress=False)
+    make_testset(source(), out, n=2, writer=ByChunk(), progress=False, rephraser=None)
     dataset = to_ragas_dataset(out)
     assert len(dataset) == 2
     sample = dataset.samples[0]

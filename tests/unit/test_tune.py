@@ -10,6 +10,7 @@ from hyde_lc.bench.tune import (
     REFERENCE,
     TUNE_CONFIGS,
     by_name,
+    lexical_lead,
     recommend,
     tune,
     window_holds,
@@ -111,6 +112,33 @@ def test_a_window_holds_the_reference_when_it_covers_its_position():
     assert window_holds(Document("x", metadata={"doc_id": "d", "chunk_index": 2}), "d", 2)
 
 
+def test_bm25s_lead_is_split_by_how_much_each_question_copies():
+    # BM25 wins only the questions that copy most of their chunk's words.
+    overlap = {f"q{i}": i / 10 for i in range(8)}
+    bm25 = {f"q{i}": 1.0 for i in range(8)}
+    dense = {f"q{i}": 1.0 if i < 4 else 0.5 for i in range(8)}
+    lead = lexical_lead(bm25, dense, overlap)
+    assert lead is not None
+    assert lead.overall == pytest.approx(25.0)
+    assert lead.low == (4, pytest.approx(0.15), pytest.approx(0.0))
+    assert lead.high == (4, pytest.approx(0.55), pytest.approx(50.0))
+    assert "nearer the lower figure" in lead.sentence()
+    assert lead.to_json()["high_overlap_half"]["bm25_lead_points"] == pytest.approx(50.0)
+
+
+def test_an_even_lead_is_not_blamed_on_the_set():
+    overlap = {f"q{i}": i / 10 for i in range(8)}
+    lead = lexical_lead({k: 1.0 for k in overlap}, {k: 0.9 for k in overlap}, overlap)
+    assert lead is not None and lead.low[2] == pytest.approx(lead.high[2])
+    assert "nearer the lower figure" not in lead.sentence()
+
+
+def test_no_lead_without_enough_questions_that_carry_an_overlap():
+    assert lexical_lead({"a": 1.0, "b": 0.0}, {"a": 0.0, "b": 1.0}, {"a": 0.1, "b": 0.9}) is None
+    questions = {f"q{i}": 1.0 for i in range(8)}
+    assert lexical_lead(questions, questions, {}) is None  # hand-written questions: no overlap
+
+
 # -- over a collection --------------------------------------------------------------------
 
 REPLIES = [
@@ -146,6 +174,7 @@ def made(store, tmp_path):
         writer=Matching(replies=REPLIES),
         progress=False,
         min_chunk_terms=3,
+        rephraser=None,
     )
     assert summary.kept == 4
     return out
@@ -172,6 +201,12 @@ def test_tune_reports_every_configuration_with_intervals_costs_and_a_choice(stor
     assert [w.window for w in report.windows] == [0, 1, 2]
     chosen = report.chosen_retriever(store, llm=hypotheses)
     assert chosen.invoke(read_testset(made)[0].question)  # the choice, ready to use
+    assert report.lead is not None  # the set's questions carry their overlap
+    assert report.lead.low[0] + report.lead.high[0] == len(read_testset(made))
+    assert "BM25's lead over dense" in report.markdown()
+    assert report.to_json()["lexical_lead"]["bm25_lead_points"] == pytest.approx(
+        report.lead.overall
+    )
 
 
 def test_tune_writes_its_report(store, made, tmp_path):
