@@ -13,9 +13,17 @@ queries and on the synthetic ones (`hyde_lc.bench.tune`), over the same index:
   before the checks (every parsed first draft, dropped ones included) and after;
 - the writing time per kept question.
 
+``rephrase`` makes the same set again with a rephraser (`make_testset(rephraser=...)`):
+the writer is greedy, so its drafts would be the ones already made; they are replayed from
+the set's files (no writer runs), and only the rephraser, the checks and the specificity
+search run. ``compare`` with ``--writer <writer>+<rephraser tag>`` reads that set.
+
 Usage:
     python benchmarks/testset_agreement.py make scifact --n 100 --writer local:qwen2.5-coder-0.5b
     python benchmarks/testset_agreement.py compare scifact --writer local:qwen2.5-coder-0.5b
+    python benchmarks/testset_agreement.py rephrase scifact --rephraser local:qwen2.5-coder-1.5b
+    python benchmarks/testset_agreement.py compare scifact \
+        --writer local:qwen2.5-coder-0.5b+qwen2.5-coder-1.5b
 
 """
 
@@ -35,12 +43,15 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.documents import Document
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
 
 from hyde_lc.bench.beir import BeirDataset, load_beir
 from hyde_lc.bench.retrieval import corpus_index, corpus_lexical
 from hyde_lc.bench.tune import TUNE_CONFIGS, by_name, tune
 from hyde_lc.evaluation.question_checks import word_overlap
-from hyde_lc.evaluation.question_writer import default_writer
+from hyde_lc.evaluation.question_writer import default_rephraser, default_writer
 from hyde_lc.evaluation.runs import Question
 from hyde_lc.evaluation.testset import (
     ChunkSource,
@@ -138,6 +149,82 @@ def cmd_make(args: argparse.Namespace) -> None:
     print(json.dumps(report, indent=1))
 
 
+class Replay(BaseChatModel):
+    """The writer of a set already made, replayed: each chunk's first reply as recorded."""
+
+    replies: dict[str, str]
+    """The first 100 characters of a chunk -> the writer's first reply on it."""
+    model_name: str
+
+    @property
+    def _llm_type(self) -> str:
+        return "replay"
+
+    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None,
+                  **kwargs: Any) -> ChatResult:  # fmt: skip
+        prompt = str(messages[-1].content)
+        for head, reply in self.replies.items():
+            if head in prompt:
+                return ChatResult(generations=[ChatGeneration(message=AIMessage(reply))])
+        raise RuntimeError("a chunk the recorded set never drafted on: not the same order")
+
+
+def recorded_drafts(out: Path, data: BeirDataset) -> dict[str, str]:
+    """Chunk head -> the first reply the writer gave on it, from the set and its drops."""
+    replies = {}
+    for row in _rows(out):
+        first = row["testset"]["first_draft"] or row["question"]
+        replies[row["reference_context_ids"][0]] = f"Question: {first}\nAnswer: {row['reference']}"
+    for row in _rows(rejected_path(out)):
+        first = row.get("first_draft") or row.get("question")
+        answer = row.get("reference")
+        replies[row["chunk_id"]] = (
+            f"Question: {first}\nAnswer: {answer}" if first and answer else ""
+        )
+    return {data.corpus[chunk][:100]: reply for chunk, reply in replies.items()}
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def cmd_rephrase(args: argparse.Namespace) -> None:
+    data = dataset(args.set)
+    source, _ = chunk_source(args.set, data)
+    base = testset_path(args.set, args.writer)
+    replies = recorded_drafts(base, data)
+    tag = f"{args.writer}+{writer_tag(args.rephraser)}"
+    out = testset_path(args.set, tag)
+    started = time.perf_counter()
+    summary = make_testset(
+        source,
+        out,
+        n=len(replies),
+        writer=Replay(replies=replies, model_name=writer_tag(args.writer)),
+        rephraser=default_rephraser(args.rephraser),
+        seed=args.seed,
+        max_drafts=len(replies),
+    )
+    report = {
+        "set": args.set,
+        "writer": f"{args.writer} (its drafts replayed from {base.name})",
+        "rephraser": args.rephraser,
+        "drafts": len(replies),
+        "kept": summary.kept,
+        "rejected": summary.rejected,
+        "rephraser_calls": summary.writer_calls - (summary.kept + sum(summary.rejected.values())),
+        "rephrasing_seconds": round(summary.seconds, 1),
+        "this_call_wall_seconds": round(time.perf_counter() - started, 1),
+        "command": f"python benchmarks/testset_agreement.py rephrase {args.set} "
+        f"--writer {args.writer} --rephraser {args.rephraser}",
+        "date": date.today().isoformat(),
+        "commit": commit(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared)",
+    }
+    out.with_suffix(".make.json").write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
+
+
 def real_questions(data: BeirDataset) -> list[Question]:
     """The labelled queries as questions whose reference chunks are their relevant documents."""
     return [
@@ -197,23 +284,6 @@ def mean_overlap(questions: list[Question], data: BeirDataset) -> float:
     )
 
 
-def advantage_by_overlap(report: Any, questions: list[Question]) -> dict[str, Any]:
-    """BM25's advantage over dense (nDCG@10 points) in the lower and upper half of the
-    synthetic questions by word overlap with their chunk (a diagnostic of the bias)."""
-    overlap = {q.key: q.extra["testset"]["overlap"] for q in questions}
-    ordered = sorted(overlap, key=overlap.__getitem__)
-    half = len(ordered) // 2
-    bm25, dense = report.row("bm25").scores["nDCG@10"], report.row("dense").scores["nDCG@10"]
-    out: dict[str, Any] = {}
-    for name, keys in (("low_overlap_half", ordered[:half]), ("high_overlap_half", ordered[half:])):
-        out[name] = {
-            "questions": len(keys),
-            "mean_overlap": statistics.fmean(overlap[k] for k in keys),
-            "bm25_advantage_points": 100 * statistics.fmean(bm25[k] - dense[k] for k in keys),
-        }
-    return out
-
-
 def ndcg(report: Any) -> dict[str, float]:
     return {r.config.name: r.mean("nDCG@10") for r in report.rows}
 
@@ -271,7 +341,7 @@ def cmd_compare(args: argparse.Namespace) -> None:
             "synthetic_before_checks": 100 * (before_ndcg["bm25"] - before_ndcg["dense"]),
             "synthetic_after_checks": 100 * (after_ndcg["bm25"] - after_ndcg["dense"]),
         },
-        "bm25_advantage_by_overlap": advantage_by_overlap(after, synthetic),
+        "bm25_advantage_by_overlap": after.lead.to_json() if after.lead else None,
         "word_overlap": {
             "real": mean_overlap(real_questions(data), data),
             "synthetic_before_checks": mean_overlap(before_questions, data),
@@ -307,6 +377,12 @@ def main() -> None:
     timing.add_argument("set", choices=sorted(SETS))
     timing.add_argument("--writer", default="local:qwen2.5-coder-0.5b")
     timing.set_defaults(func=cmd_time)
+    rephrase = sub.add_parser("rephrase", help="the same set again, with a rephraser")
+    rephrase.add_argument("set", choices=sorted(SETS))
+    rephrase.add_argument("--writer", default="local:qwen2.5-coder-0.5b")
+    rephrase.add_argument("--rephraser", default="local:qwen2.5-coder-1.5b")
+    rephrase.add_argument("--seed", type=int, default=0)
+    rephrase.set_defaults(func=cmd_rephrase)
     compare = sub.add_parser("compare", help="synthetic against real over the configurations")
     compare.add_argument("set", choices=sorted(SETS))
     compare.add_argument("--writer", default="local:qwen2.5-coder-0.5b")
