@@ -78,6 +78,17 @@ def commit() -> str:
     ).stdout.strip()
 
 
+def stamped(report: dict[str, Any], command: str) -> dict[str, Any]:
+    """``report`` with the command that made it, the date, the commit and the machine."""
+    return {
+        **report,
+        "command": f"python benchmarks/testset_agreement.py {command}",
+        "date": date.today().isoformat(),
+        "commit": commit(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared)",
+    }
+
+
 def writer_tag(spec: str) -> str:
     return spec.split(":", 1)[-1].replace("/", "_")
 
@@ -109,12 +120,11 @@ def cmd_time(args: argparse.Namespace) -> None:
         "set": args.set,
         "writer": args.writer,
         "making": making(out),
-        "command": f"python benchmarks/testset_agreement.py make {args.set} --n N "
-        f"--writer {args.writer}",
-        "date": date.today().isoformat(),
-        "commit": commit(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared)",
     }
+    report = stamped(
+        report,
+        f"make {args.set} --n N --writer {args.writer}",
+    )
     out.with_suffix(".time.json").write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))
 
@@ -139,12 +149,11 @@ def cmd_make(args: argparse.Namespace) -> None:
         "writing_seconds": round(summary.seconds, 1),
         "seconds_per_kept_question": summary.seconds_per_question,
         "this_call_wall_seconds": round(time.perf_counter() - started, 1),
-        "command": f"python benchmarks/testset_agreement.py make {args.set} --n {args.n} "
-        f"--writer {args.writer}",
-        "date": date.today().isoformat(),
-        "commit": commit(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared)",
     }
+    report = stamped(
+        report,
+        f"make {args.set} --n {args.n} --writer {args.writer}",
+    )
     (out.with_suffix(".make.json")).write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))
 
@@ -215,12 +224,11 @@ def cmd_rephrase(args: argparse.Namespace) -> None:
         "rephraser_calls": summary.writer_calls - (summary.kept + sum(summary.rejected.values())),
         "rephrasing_seconds": round(summary.seconds, 1),
         "this_call_wall_seconds": round(time.perf_counter() - started, 1),
-        "command": f"python benchmarks/testset_agreement.py rephrase {args.set} "
-        f"--writer {args.writer} --rephraser {args.rephraser}",
-        "date": date.today().isoformat(),
-        "commit": commit(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared)",
     }
+    report = stamped(
+        report,
+        f"rephrase {args.set} --writer {args.writer} --rephraser {args.rephraser}",
+    )
     out.with_suffix(".make.json").write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))
 
@@ -350,13 +358,12 @@ def cmd_compare(args: argparse.Namespace) -> None:
         "synthetic_tune": after.to_json(),
         "real_tune": without_per_question(real.to_json()),
         "making": making(out),
-        "command": f"python benchmarks/testset_agreement.py compare {args.set} "
-        f"--writer {args.writer}",
         "seconds": round(time.perf_counter() - started, 1),
-        "date": date.today().isoformat(),
-        "commit": commit(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared)",
     }
+    report = stamped(
+        report,
+        f"compare {args.set} --writer {args.writer}",
+    )
     path = OUT / f"{args.set}-{writer_tag(args.writer)}-compare.json"
     path.write_text(json.dumps(report, indent=1, ensure_ascii=False))
     print(real.markdown(), after.markdown(), after.choice(), sep="\n\n")
