@@ -109,8 +109,15 @@ def chunk_source(name: str, data: BeirDataset) -> tuple[ChunkSource, Any]:
     return ChunkSource(data.name, chunks, search), index
 
 
-def testset_path(name: str, spec: str) -> Path:
-    return OUT / f"{name}-{writer_tag(spec)}.jsonl"
+def testset_path(name: str, spec: str, seed: int = 0) -> Path:
+    """The set of ``spec`` (a writer, or ``writer+rephraser tag``) on ``name``."""
+    return OUT / f"{name}-{writer_tag(spec)}{f'-seed{seed}' if seed else ''}.jsonl"
+
+
+def made_by(args: argparse.Namespace) -> str:
+    """The writer, and the rephraser if any, as one spec for `testset_path`."""
+    rephraser = getattr(args, "rephraser", "none")
+    return args.writer if rephraser == "none" else f"{args.writer}+{writer_tag(rephraser)}"
 
 
 def cmd_time(args: argparse.Namespace) -> None:
@@ -132,16 +139,25 @@ def cmd_time(args: argparse.Namespace) -> None:
 def cmd_make(args: argparse.Namespace) -> None:
     data = dataset(args.set)
     source, _ = chunk_source(args.set, data)
-    out = testset_path(args.set, args.writer)
+    out = testset_path(args.set, made_by(args), args.seed)
     out.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     writer = default_writer(args.writer)
+    rephraser = None if args.rephraser == "none" else default_rephraser(args.rephraser)
     summary = make_testset(
-        source, out, n=args.n, writer=writer, seed=args.seed, max_drafts=args.max_drafts
+        source,
+        out,
+        n=args.n,
+        writer=writer,
+        rephraser=rephraser,
+        seed=args.seed,
+        max_drafts=args.max_drafts,
     )
     report = {
         "set": args.set,
         "writer": args.writer,
+        "rephraser": args.rephraser,
+        "seed": args.seed,
         "n": args.n,
         "kept": summary.kept,
         "rejected": summary.rejected,
@@ -152,7 +168,8 @@ def cmd_make(args: argparse.Namespace) -> None:
     }
     report = stamped(
         report,
-        f"make {args.set} --n {args.n} --writer {args.writer}",
+        f"make {args.set} --n {args.n} --writer {args.writer} --rephraser {args.rephraser}"
+        + (f" --seed {args.seed}" if args.seed else ""),
     )
     (out.with_suffix(".make.json")).write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))
@@ -315,7 +332,7 @@ def cmd_compare(args: argparse.Namespace) -> None:
         copy.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(args.hypothesis_cache, copy)
     cache = HypothesisCache(copy)
-    out = testset_path(args.set, args.writer)
+    out = testset_path(args.set, args.writer, args.seed)
     synthetic = read_testset(out)
     started = time.perf_counter()
     common = {"llm": llm, "lexical": lexical, "hypothesis_cache": cache, "windows": ()}
@@ -362,9 +379,10 @@ def cmd_compare(args: argparse.Namespace) -> None:
     }
     report = stamped(
         report,
-        f"compare {args.set} --writer {args.writer}",
+        f"compare {args.set} --writer {args.writer}"
+        + (f" --seed {args.seed}" if args.seed else ""),
     )
-    path = OUT / f"{args.set}-{writer_tag(args.writer)}-compare.json"
+    path = out.with_name(out.stem + "-compare.json")
     path.write_text(json.dumps(report, indent=1, ensure_ascii=False))
     print(real.markdown(), after.markdown(), after.choice(), sep="\n\n")
     print(json.dumps({k: v for k, v in report.items() if not k.endswith("_tune")}, indent=1))
@@ -377,6 +395,7 @@ def main() -> None:
     make.add_argument("set", choices=sorted(SETS))
     make.add_argument("--n", type=int, default=100)
     make.add_argument("--writer", default="local:qwen2.5-coder-0.5b")
+    make.add_argument("--rephraser", default="none", help="a model spec, or none (default)")
     make.add_argument("--seed", type=int, default=0)
     make.add_argument("--max-drafts", type=int, default=None)
     make.set_defaults(func=cmd_make)
@@ -395,6 +414,7 @@ def main() -> None:
     compare.add_argument("--writer", default="local:qwen2.5-coder-0.5b")
     compare.add_argument("--hypothesis-llm", default="local:qwen2.5-coder-0.5b")
     compare.add_argument("--max-tokens", type=int, default=64)
+    compare.add_argument("--seed", type=int, default=0, help="the set made with this seed")
     compare.add_argument(
         "--hypothesis-cache",
         default=str(ROOT / "benchmarks/results/hypotheses/scifact-qwen2.5-coder-0.5b.sqlite"),
