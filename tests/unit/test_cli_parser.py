@@ -212,3 +212,30 @@ def test_version_prints_the_installed_version(capsys):
         main(["--version"])
     assert stop.value.code == 0
     assert capsys.readouterr().out.strip() == f"hyde-lc {version('hyde-lc')}"
+
+
+def test_testset_takes_a_rephraser_or_none(monkeypatch, tmp_path):
+    from hyde_lc.cli import build_parser
+    from hyde_lc.cli import testset as cli_testset
+    from hyde_lc.evaluation import question_writer, testset
+
+    seen, loaded = {}, []
+
+    def make_testset(source, out, **kwargs):
+        seen.update(kwargs)
+        return testset.TestsetSummary(kept=0, resumed=0, out=out, rejected_file=out)
+
+    monkeypatch.setattr(cli_testset, "open_collection", lambda args, must_exist: None)
+    monkeypatch.setattr(testset.ChunkSource, "of_store", classmethod(lambda cls, store: None))
+    monkeypatch.setattr(testset, "make_testset", make_testset)
+    monkeypatch.setattr(question_writer, "default_writer", lambda spec: "writer")
+    monkeypatch.setattr(question_writer, "default_rephraser", lambda spec: loaded.append(spec))
+    out = str(tmp_path / "q.jsonl")
+    args = build_parser().parse_args(["testset", "--out", out, "--rephraser", "none"])
+    assert args.func(args) == 0 and seen["rephraser"] is None and loaded == []
+    args = build_parser().parse_args(["testset", "--out", out])
+    args.func(args)
+    assert loaded == [None]  # the default: the answer model in force
+    args = build_parser().parse_args(["testset", "--out", out, "--rephraser", "openai:gpt-x"])
+    args.func(args)
+    assert loaded == [None, "openai:gpt-x"]
