@@ -164,7 +164,8 @@ def rephrase_prompt(question: str) -> str:
     """The rephraser's prompt: ``question`` alone, to be asked again in everyday words."""
     if _is_chinese(question):
         return REPHRASE_PROMPT_ZH.format(question=question)
-    return REPHRASE_PROMPT.format(question=question, language=_language_note(question))
+    language = _language_note(question).replace("of the passage", "of the question")
+    return REPHRASE_PROMPT.format(question=question, language=language)
 
 
 def parse_rephrase(reply: str) -> str | None:

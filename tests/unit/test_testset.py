@@ -427,3 +427,11 @@ def test_the_examples_in_the_docstrings_hold():
 
     for module in (question_checks, question_writer, testset):
         assert doctest.testmod(module).failed == 0
+
+
+def test_a_question_in_another_script_is_rephrased_in_its_own_language():
+    from hyde_lc.evaluation.question_writer import rephrase_prompt
+
+    prompt = rephrase_prompt("Кто построил маяк Белл-Рок?")
+    assert "language of the question" in prompt and "passage" not in prompt
+    assert "language" not in rephrase_prompt("Who built the Bell Rock light?")
