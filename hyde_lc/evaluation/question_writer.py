@@ -136,9 +136,10 @@ def _is_chinese(text: str) -> bool:
     return dominant_script(text) == "cjk"
 
 
-def _language_note(text: str) -> str:
+def _language_note(text: str, of: str = "passage") -> str:
+    """Ask for ``text``'s language (``of``: what the model reads) unless it is Latin script."""
     script = dominant_script(text)
-    return "" if script in ("latin", "unknown") else "\nWrite in the language of the passage."
+    return "" if script in ("latin", "unknown") else f"\nWrite in the language of the {of}."
 
 
 def write_prompt(chunk: str) -> str:
@@ -164,8 +165,7 @@ def rephrase_prompt(question: str) -> str:
     """The rephraser's prompt: ``question`` alone, to be asked again in everyday words."""
     if _is_chinese(question):
         return REPHRASE_PROMPT_ZH.format(question=question)
-    language = _language_note(question).replace("of the passage", "of the question")
-    return REPHRASE_PROMPT.format(question=question, language=language)
+    return REPHRASE_PROMPT.format(question=question, language=_language_note(question, "question"))
 
 
 def parse_rephrase(reply: str) -> str | None:
