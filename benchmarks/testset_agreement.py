@@ -116,8 +116,9 @@ def testset_path(name: str, spec: str, seed: int = 0) -> Path:
 
 def made_by(args: argparse.Namespace) -> str:
     """The writer, and the rephraser if any, as one spec for `testset_path`."""
-    rephraser = getattr(args, "rephraser", "none")
-    return args.writer if rephraser == "none" else f"{args.writer}+{writer_tag(rephraser)}"
+    if args.rephraser == "none":
+        return str(args.writer)
+    return f"{args.writer}+{writer_tag(args.rephraser)}"
 
 
 def cmd_time(args: argparse.Namespace) -> None:
@@ -211,16 +212,18 @@ def recorded_drafts(out: Path, data: BeirDataset) -> dict[str, str]:
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of a set or of its dropped drafts (none when the file is missing)."""
+    if not path.is_file():
+        return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def cmd_rephrase(args: argparse.Namespace) -> None:
     data = dataset(args.set)
     source, _ = chunk_source(args.set, data)
-    base = testset_path(args.set, args.writer)
+    base = testset_path(args.set, args.writer, args.seed)
     replies = recorded_drafts(base, data)
-    tag = f"{args.writer}+{writer_tag(args.rephraser)}"
-    out = testset_path(args.set, tag)
+    out = testset_path(args.set, made_by(args), args.seed)
     started = time.perf_counter()
     summary = make_testset(
         source,
@@ -261,26 +264,21 @@ def real_questions(data: BeirDataset) -> list[Question]:
 
 def draft_questions(out: Path) -> list[Question]:
     """Every parsed first draft (kept or dropped), on its chunk: the set before the checks."""
-    rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
     drafts = [
-        (r["testset"]["first_draft"] or r["question"], r["reference_context_ids"][0]) for r in rows
+        (r["testset"]["first_draft"] or r["question"], r["reference_context_ids"][0])
+        for r in _rows(out)
     ]
-    rejected = rejected_path(out)
-    if rejected.is_file():
-        for line in rejected.read_text().splitlines():
-            r = json.loads(line)
-            text = r.get("first_draft") or r.get("question")
-            if text:
-                drafts.append((text, r["chunk_id"]))
+    for r in _rows(rejected_path(out)):
+        text = r.get("first_draft") or r.get("question")
+        if text:
+            drafts.append((text, r["chunk_id"]))
     return [Question(t, reference_context_ids=[c], key=f"d{i}") for i, (t, c) in
             enumerate(drafts)]  # fmt: skip
 
 
 def making(out: Path) -> dict[str, Any]:
     """What writing the set took, from its own lines (kept and dropped drafts)."""
-    kept = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
-    rejected = rejected_path(out)
-    dropped = [json.loads(line) for line in rejected.read_text().splitlines() if line.strip()]
+    kept, dropped = _rows(out), _rows(rejected_path(out))
     seconds = sum(r["testset"]["seconds"] for r in kept) + sum(r["seconds"] for r in dropped)
     calls = sum(r["testset"]["writer_calls"] for r in kept) + sum(
         r["writer_calls"] for r in dropped
@@ -391,30 +389,26 @@ def cmd_compare(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    make = sub.add_parser("make", help="make (or resume) the synthetic set")
-    make.add_argument("set", choices=sorted(SETS))
+    one_set = argparse.ArgumentParser(add_help=False)  # what names a set's files
+    one_set.add_argument("set", choices=sorted(SETS))
+    one_set.add_argument("--writer", default="local:qwen2.5-coder-0.5b")
+    seeded = argparse.ArgumentParser(add_help=False, parents=[one_set])
+    seeded.add_argument("--seed", type=int, default=0, help="which chunks (default 0)")
+    make = sub.add_parser("make", parents=[seeded], help="make (or resume) the synthetic set")
     make.add_argument("--n", type=int, default=100)
-    make.add_argument("--writer", default="local:qwen2.5-coder-0.5b")
     make.add_argument("--rephraser", default="none", help="a model spec, or none (default)")
-    make.add_argument("--seed", type=int, default=0)
     make.add_argument("--max-drafts", type=int, default=None)
     make.set_defaults(func=cmd_make)
-    timing = sub.add_parser("time", help="what making a set took, from its files")
-    timing.add_argument("set", choices=sorted(SETS))
-    timing.add_argument("--writer", default="local:qwen2.5-coder-0.5b")
+    timing = sub.add_parser("time", parents=[one_set], help="what making a set took so far")
     timing.set_defaults(func=cmd_time)
-    rephrase = sub.add_parser("rephrase", help="the same set again, with a rephraser")
-    rephrase.add_argument("set", choices=sorted(SETS))
-    rephrase.add_argument("--writer", default="local:qwen2.5-coder-0.5b")
+    rephrase = sub.add_parser("rephrase", parents=[seeded], help="the same set, rephrased")
     rephrase.add_argument("--rephraser", default="local:qwen2.5-coder-1.5b")
-    rephrase.add_argument("--seed", type=int, default=0)
     rephrase.set_defaults(func=cmd_rephrase)
-    compare = sub.add_parser("compare", help="synthetic against real over the configurations")
-    compare.add_argument("set", choices=sorted(SETS))
-    compare.add_argument("--writer", default="local:qwen2.5-coder-0.5b")
+    compare = sub.add_parser(
+        "compare", parents=[seeded], help="synthetic against real over the configurations"
+    )
     compare.add_argument("--hypothesis-llm", default="local:qwen2.5-coder-0.5b")
     compare.add_argument("--max-tokens", type=int, default=64)
-    compare.add_argument("--seed", type=int, default=0, help="the set made with this seed")
     compare.add_argument(
         "--hypothesis-cache",
         default=str(ROOT / "benchmarks/results/hypotheses/scifact-qwen2.5-coder-0.5b.sqlite"),
