@@ -241,12 +241,22 @@ def _json_objects(text: str) -> list[Any] | None:
     return values
 
 
+def _call_values(body: str) -> tuple[str, list[Any] | None]:
+    """The JSON values of a call's ``body``, and the text they were read from.
+
+    ``{{"name": ...}}`` that does not parse as it stands is read without its outer braces:
+    the template shows a call in doubled braces, and small models copy them.
+    """
+    values = _json_objects(body)
+    if values is None and body.startswith("{{") and body.endswith("}}"):
+        return body[1:-1], _json_objects(body[1:-1])
+    return body, values
+
+
 def _read_call(body: str) -> ToolCall | InvalidToolCall:
     """One call from the JSON between a pair of tags (or a bare reply)."""
     body = _unwrap(body)
-    values = _json_objects(body)
-    if values is None and body.startswith("{{") and body.endswith("}}"):
-        values = _json_objects(body[1:-1])  # {{"name": ...}}: the template's braces, copied
+    _, values = _call_values(body)
     parsed = _as_call(values[0]) if values and len(values) == 1 else None
     if parsed is None:
         found = _NAME.search(body)
@@ -264,9 +274,7 @@ def _bare_calls(text: str, names: Collection[str]) -> list[ToolCall | InvalidToo
     body = _unwrap(text)
     if not body.startswith("{"):
         return None
-    if body.startswith("{{") and body.endswith("}}") and _json_objects(body) is None:
-        body = body[1:-1]
-    values = _json_objects(body)
+    body, values = _call_values(body)
     if values is None:  # broken JSON: a call only if it names a bound tool
         found = _NAME.search(body)
         if found and found.group(1) in names:
