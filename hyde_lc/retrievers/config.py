@@ -129,12 +129,17 @@ def embeddings_config(embeddings: Embeddings) -> dict[str, Any]:
     raise _refused("the embeddings", embeddings)
 
 
-def load_llm_config(config: dict[str, Any], api_key: str | None = None) -> Any:
-    """The chat model a `llm_config` names (``api_key`` for a remote one, if given)."""
+def _settings(config: dict[str, Any], api_key: str | None) -> dict[str, Any]:
+    """A model config's settings, with ``api_key`` for a remote model when one is given."""
     settings = dict(config.get("settings") or {})
     if api_key is not None and str(config["spec"]).startswith("openai:"):
         settings["api_key"] = api_key
-    return load_llm(config["spec"], **settings)
+    return settings
+
+
+def load_llm_config(config: dict[str, Any], api_key: str | None = None) -> Any:
+    """The chat model a `llm_config` names (``api_key`` for a remote one, if given)."""
+    return load_llm(config["spec"], **_settings(config, api_key))
 
 
 def load_embeddings_config(config: dict[str, Any], api_key: str | None = None) -> Embeddings:
@@ -147,10 +152,7 @@ def load_embeddings_config(config: dict[str, Any], api_key: str | None = None) -
             hypothesis_cache=load_cache_config(hyde.get("hypothesis_cache")),
             **hyde.get("settings", {}),
         )
-    settings = dict(config.get("settings") or {})
-    if api_key is not None and str(config["spec"]).startswith("openai:"):
-        settings["api_key"] = api_key
-    return load_embeddings(config["spec"], **settings)
+    return load_embeddings(config["spec"], **_settings(config, api_key))
 
 
 def cache_config(cache: Any) -> dict[str, Any] | None:
