@@ -139,10 +139,9 @@ def chosen_notes(chosen: dict[str, str]) -> list[str]:
         ['a, b: chosen: short references']
 
     """
-    by_reason: dict[str, list[str]] = {}
-    for name, reason in chosen.items():
-        by_reason.setdefault(reason, []).append(name)
-    return [f"{', '.join(names)}: chosen: {reason}" for reason, names in by_reason.items()]
+    from hyde_lc.evaluation.ragas_metrics import by_reason
+
+    return [f"{', '.join(names)}: chosen: {reason}" for reason, names in by_reason(chosen).items()]
 
 
 def null_notes(not_scored: dict[str, str], questions: str) -> list[str]:
@@ -154,11 +153,10 @@ def null_notes(not_scored: dict[str, str], questions: str) -> list[str]:
 q.jsonl "reference_contexts": [the passages that answer it]']
 
     """
-    by_reason: dict[str, list[str]] = {}
-    for name, reason in not_scored.items():
-        by_reason.setdefault(reason, []).append(name)
+    from hyde_lc.evaluation.ragas_metrics import by_reason
+
     lines = []
-    for reason, names in by_reason.items():
+    for reason, names in by_reason(not_scored).items():
         fields = [f for f in _QUESTION_FIELDS if re.search(rf"\b{f}\b", reason)]
         line = f"{', '.join(names)}: null: {reason}"
         if fields:

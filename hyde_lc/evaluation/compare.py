@@ -76,7 +76,7 @@ from langchain_core.retrievers import BaseRetriever
 from tqdm.auto import tqdm
 
 from hyde_lc.errors import HydeLcError
-from hyde_lc.evaluation.ragas_metrics import mean_scores, score_records, usable
+from hyde_lc.evaluation.ragas_metrics import by_reason, mean_scores, score_records, usable
 from hyde_lc.evaluation.records import EvaluationPipeline
 from hyde_lc.evaluation.results_file import exclusive
 from hyde_lc.evaluation.runs import (
@@ -485,18 +485,11 @@ def _metric_notes(report: ComparisonReport) -> str:
     esc = html.escape
     items = [
         *(f"<li>{esc(', '.join(names))}: chosen: {esc(why)}</li>"
-          for why, names in _by_reason(report.chosen).items()),
+          for why, names in by_reason(report.chosen).items()),
         *(f"<li>{esc(', '.join(names))}: no score: {esc(why)}</li>"
-          for why, names in _by_reason(report.not_scored).items()),
+          for why, names in by_reason(report.not_scored).items()),
     ]  # fmt: skip
     return f"<h2>Metrics</h2><ul>{''.join(items)}</ul>" if items else ""
-
-
-def _by_reason(reasons: Mapping[str, str]) -> dict[str, list[str]]:
-    grouped: dict[str, list[str]] = {}
-    for name, why in reasons.items():
-        grouped.setdefault(why, []).append(name)
-    return grouped
 
 
 def write_report(report: ComparisonReport) -> None:

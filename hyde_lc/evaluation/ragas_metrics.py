@@ -55,7 +55,7 @@ import math
 import os
 import statistics
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
@@ -164,6 +164,20 @@ class Scores(list[dict[str, float | None]]):
         self.chosen: dict[str, str] = dict(chosen or {})
 
 
+def by_reason(reasons: Mapping[str, str]) -> dict[str, list[str]]:
+    """The metrics of ``reasons`` (``Scores.chosen`` or ``not_scored``) grouped by reason.
+
+    Example:
+        >>> by_reason({"rouge": "no reference", "bleu": "no reference"})
+        {'no reference': ['rouge', 'bleu']}
+
+    """
+    grouped: dict[str, list[str]] = {}
+    for name, why in reasons.items():
+        grouped.setdefault(why, []).append(name)
+    return grouped
+
+
 def _contexts(records: Sequence[dict[str, Any]], key: str) -> list[str]:
     """Every text under ``key`` of the records that ran with both kinds of contexts."""
     both = [
@@ -231,6 +245,15 @@ def choose_metrics(
 
     """
     pair, _ = choose_context_metrics(records)
+    return _metrics_with(pair, judge_llm, judge_embeddings)
+
+
+def _metrics_with(
+    pair: tuple[str, str],
+    judge_llm: BaseLanguageModel[Any] | None,
+    judge_embeddings: Embeddings | None,
+) -> tuple[list[str], dict[str, str]]:
+    """`choose_metrics` with the context ``pair`` already chosen."""
     other = STRING_PAIR if pair == CONTAINED_PAIR else CONTAINED_PAIR
     chosen = [name for name in OFFLINE_METRICS if name not in other]
     left_out: dict[str, str] = {}
@@ -289,9 +312,8 @@ def score_records(
     left_out: dict[str, str] = {}
     why_chosen: dict[str, str] = {}
     if metrics is None:
-        on = records if choose_on is None else choose_on
-        chosen, left_out = choose_metrics(judge_llm, judge_embeddings, on)
-        pair, why = choose_context_metrics(on)
+        pair, why = choose_context_metrics(records if choose_on is None else choose_on)
+        chosen, left_out = _metrics_with(pair, judge_llm, judge_embeddings)
         if why is not None:
             why_chosen = dict.fromkeys(pair, why)
         if judge_llm is not None and left_out:

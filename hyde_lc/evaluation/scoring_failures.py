@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 from uuid import UUID
@@ -120,9 +121,7 @@ def failure_reason(errors: Mapping[int, BaseException], *, rows: int, unscored: 
 to score_records, or use a faster judge'
 
     """
-    kinds: dict[str, int] = {}
-    for error in errors.values():
-        kinds[describe(error)] = kinds.get(describe(error), 0) + 1
+    kinds = Counter(describe(error) for error in errors.values())
     silent = unscored - len(errors)
     if silent > 0:
         kinds[NO_ERROR] = silent
