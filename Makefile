@@ -36,7 +36,9 @@ demo: install-demo
 
 # The unit tests on both cores, then the integration tests two files at a time (a file's
 # tests on one worker: they share its fixtures; the local models run on one thread each).
-test: install
+# Some integration tests run the default writers (test sets, the writer's timeout, the
+# evaluation notebook), so their weights are installed as for the demo.
+test: install-demo
 	$(BIN)/python -m pytest tests/unit -n 2 $(PYTEST_ARGS)
 	$(BIN)/python -m pytest tests/integration -n 2 --dist loadfile $(PYTEST_ARGS)
 
