@@ -9,8 +9,9 @@ one hypothesis) is measured two ways, ``--rounds`` times each, taking turns:
 * **in a spawned worker**: the parent, which built and used the retriever already, hands
   it to a new ``ProcessPoolExecutor(1, mp_context=spawn)`` through the pool's initializer
   (the README recipe); ``start`` is from creating the pool to the initializer running
-  (a new Python importing hyde_lc), ``unpickle`` the initializer's ``pickle.loads`` (the
-  store reopened), then the first question (models loaded there) and the warm ones.
+  (a new Python with the standard library only), ``unpickle`` the initializer's
+  ``pickle.loads`` (importing hyde_lc, LangChain and Chroma, and reopening the store),
+  then the first question (models loaded there) and the warm ones.
 
 The writer samples at 0.7, so each question's time varies with what it writes; the table
 gives medians over the rounds of each step, in seconds, and the pickle's size.
