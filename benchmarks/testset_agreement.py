@@ -196,18 +196,29 @@ class Replay(BaseChatModel):
         raise RuntimeError("a chunk the recorded set never drafted on: not the same order")
 
 
+def first_drafts(out: Path) -> list[tuple[str, str | None, str | None]]:
+    """(chunk id, the writer's first question, its answer) of every draft, kept then dropped.
+
+    The question and answer are None where the writer's reply did not parse.
+    """
+    kept = [
+        (r["reference_context_ids"][0], r["testset"]["first_draft"] or r["question"],
+         r["reference"])
+        for r in _rows(out)
+    ]  # fmt: skip
+    dropped = [
+        (r["chunk_id"], r.get("first_draft") or r.get("question"), r.get("reference"))
+        for r in _rows(rejected_path(out))
+    ]
+    return kept + dropped
+
+
 def recorded_drafts(out: Path, data: BeirDataset) -> dict[str, str]:
     """Chunk head -> the first reply the writer gave on it, from the set and its drops."""
-    replies = {}
-    for row in _rows(out):
-        first = row["testset"]["first_draft"] or row["question"]
-        replies[row["reference_context_ids"][0]] = f"Question: {first}\nAnswer: {row['reference']}"
-    for row in _rows(rejected_path(out)):
-        first = row.get("first_draft") or row.get("question")
-        answer = row.get("reference")
-        replies[row["chunk_id"]] = (
-            f"Question: {first}\nAnswer: {answer}" if first and answer else ""
-        )
+    replies = {
+        chunk: f"Question: {first}\nAnswer: {answer}" if first and answer else ""
+        for chunk, first, answer in first_drafts(out)
+    }
     return {data.corpus[chunk][:100]: reply for chunk, reply in replies.items()}
 
 
@@ -264,14 +275,7 @@ def real_questions(data: BeirDataset) -> list[Question]:
 
 def draft_questions(out: Path) -> list[Question]:
     """Every parsed first draft (kept or dropped), on its chunk: the set before the checks."""
-    drafts = [
-        (r["testset"]["first_draft"] or r["question"], r["reference_context_ids"][0])
-        for r in _rows(out)
-    ]
-    for r in _rows(rejected_path(out)):
-        text = r.get("first_draft") or r.get("question")
-        if text:
-            drafts.append((text, r["chunk_id"]))
+    drafts = [(text, chunk) for chunk, text, _ in first_drafts(out) if text]
     return [Question(t, reference_context_ids=[c], key=f"d{i}") for i, (t, c) in
             enumerate(drafts)]  # fmt: skip
 
