@@ -33,6 +33,8 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.retrievers import BaseRetriever
 from pydantic import Field
 
+from hyde_lc.models.local_llm import LocalChatModel, _Engine, _Slots
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_PDF = ROOT / "hyde_lc" / "sample" / "lighthouses.pdf"
 SHARED = ROOT.parent / "shared"
@@ -388,6 +390,16 @@ class RunRecorder(BaseCallbackHandler):
 
     def on_chain_start(self, serialized, inputs, *, run_id, parent_run_id=None, tags=None, **kw):
         self.runs.append((kw.get("name") or "chain", run_id, parent_run_id, tags or []))
+
+
+def serve_local_models(monkeypatch: Any, server: Any) -> None:
+    """Every `LocalChatModel` sends its requests to ``server``, a stand-in for llama.cpp's.
+
+    ``server`` answers ``handle_chat_completions(request, on_chunk)`` as llama.cpp's does;
+    the model's slots, streaming, parsing and guards run as with the real engine.
+    """
+    engine = _Engine(server=server, slots=_Slots(4), address="", api_key="")
+    monkeypatch.setattr(LocalChatModel, "_engine", lambda self: engine)
 
 
 # -- endpoints ------------------------------------------------------------------------------

@@ -21,8 +21,8 @@ from hyde_lc import build_answer_chain
 from hyde_lc.answer import answer_with_context, reached_token_cap
 from hyde_lc.core.sentences import AnswerGuard, repeats_a_sentence, sentence_ends
 from hyde_lc.evaluation.records import EvaluationPipeline
-from hyde_lc.models.local_llm import LocalChatModel, _Engine, _Slots
-from tests.fakes import FixedHits
+from hyde_lc.models.local_llm import LocalChatModel
+from tests.fakes import FixedHits, serve_local_models
 
 DOCS = [
     Document(page_content="Fresnel lenses bend light.", metadata={"file_name": "a.pdf", "page": 1}),
@@ -297,8 +297,7 @@ class LoopingEngine:
 @pytest.fixture
 def looping(monkeypatch: pytest.MonkeyPatch) -> LoopingEngine:
     engine = LoopingEngine()
-    stand_in = _Engine(server=engine, slots=_Slots(4), address="", api_key="")
-    monkeypatch.setattr(LocalChatModel, "_engine", lambda self: stand_in)
+    serve_local_models(monkeypatch, engine)
     looks = answer_module._begins_to_repeat
 
     def look(written: str) -> bool:

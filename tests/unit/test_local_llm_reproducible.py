@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from hyde_lc.models.local_llm import LocalChatModel, _Engine, _Slots
+from hyde_lc.models.local_llm import LocalChatModel, _Slots
+from tests.fakes import serve_local_models
 
 
 class StandInServer:
@@ -51,8 +52,7 @@ class StandInServer:
 @pytest.fixture
 def server(monkeypatch: pytest.MonkeyPatch) -> StandInServer:
     stand_in = StandInServer()
-    engine = _Engine(server=stand_in, slots=_Slots(4), address="", api_key="")
-    monkeypatch.setattr(LocalChatModel, "_engine", lambda self: engine)
+    serve_local_models(monkeypatch, stand_in)
     return stand_in
 
 

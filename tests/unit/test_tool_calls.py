@@ -17,8 +17,9 @@ from langchain_core.tools import tool
 
 from hyde_lc.errors import HydeLcError
 from hyde_lc.models import tool_calls
-from hyde_lc.models.local_llm import LocalChatModel, _Engine, _Slots
+from hyde_lc.models.local_llm import LocalChatModel
 from hyde_lc.models.tool_calls import chat_message, parse_tool_calls, request_fields
+from tests.fakes import serve_local_models
 
 NAMES = {"search"}
 
@@ -213,8 +214,7 @@ class ScriptedServer:
 
 def _model(monkeypatch: pytest.MonkeyPatch, *scripts: list[Any]) -> tuple[Any, ScriptedServer]:
     server = ScriptedServer(*scripts)
-    engine = _Engine(server=server, slots=_Slots(4), address="", api_key="")
-    monkeypatch.setattr(LocalChatModel, "_engine", lambda self: engine)
+    serve_local_models(monkeypatch, server)
     return LocalChatModel(model_path="stand-in.gguf", temperature=0.0), server
 
 
