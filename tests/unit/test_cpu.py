@@ -41,28 +41,28 @@ def test_threads_are_the_free_cores_at_least_one(usable, busy, threads):
     assert cpu.threads_for(usable, busy) == threads
 
 
-def test_one_look_serves_models_made_together():
-    looks = []
+@pytest.fixture
+def fresh_look():
+    """No look kept from another test, and none left for the next."""
     cpu.forget()
-    try:
-        first = cpu.free_cores(look=lambda: looks.append(1) or 0.0)
-        second = cpu.free_cores(look=lambda: looks.append(1) or 9.0)
-        assert first == second == cpu.usable_cores() and len(looks) == 1
-        cpu.forget()
-        assert cpu.free_cores(look=lambda: 9.0) == 1
-    finally:
-        cpu.forget()
+    yield
+    cpu.forget()
 
 
-def test_the_setting_wins_over_the_look(monkeypatch):
+def test_one_look_serves_models_made_together(fresh_look):
+    looks = []
+    first = cpu.free_cores(look=lambda: looks.append(1) or 0.0)
+    second = cpu.free_cores(look=lambda: looks.append(1) or 9.0)
+    assert first == second == cpu.usable_cores() and len(looks) == 1
+    cpu.forget()
+    assert cpu.free_cores(look=lambda: 9.0) == 1
+
+
+def test_the_setting_wins_over_the_look(monkeypatch, fresh_look):
     monkeypatch.setenv("HYDE_LC_THREADS", "3")
     assert _default_threads() == 3
     monkeypatch.setenv("HYDE_LC_THREADS", "0")
-    cpu.forget()
-    try:
-        assert _default_threads() == cpu.free_cores() >= 1
-    finally:
-        cpu.forget()
+    assert _default_threads() == cpu.free_cores() >= 1
 
 
 @pytest.mark.skipif(not cpu._PROC_STAT.exists(), reason="reads Linux's /proc/stat")
