@@ -10,7 +10,6 @@ benchmarks/agent_tool_calls.py.
 
 from __future__ import annotations
 
-import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -20,24 +19,15 @@ from langchain_core.messages import AIMessage, ToolMessage
 
 from hyde_lc import open_store
 from hyde_lc.models import loading
+from tests.readme import own_block
 
 pytestmark = pytest.mark.integration
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 NOTES = [
     "The audit found that the Fresnel lens of the Cordouan lighthouse dates from 1823.",
     "Grace Darling rowed out from the Longstone lighthouse in 1838.",
     "The Cape Hatteras Lighthouse was moved about 2,900 feet inland in 1999.",
 ]
-
-
-def agent_recipe() -> str:
-    """The README's python block under "An offline agent over your documents"."""
-    text = README.read_text("utf-8")
-    section = text[text.index("## An offline agent over your documents") :]
-    block = re.search(r"<!-- tested: (\S+) -->\n```python\n(.*?)^```", section, re.S | re.M)
-    assert block is not None and block.group(1) == "tests/integration/test_agent_tools.py"
-    return block.group(2)
 
 
 @pytest.fixture
@@ -54,7 +44,7 @@ def recipe(
     namespace: dict[str, Any] = {"__name__": "readme"}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # create_react_agent moved to langchain.agents
-        exec(compile(agent_recipe(), "README.md (agent)", "exec"), namespace)
+        exec(compile(own_block(__file__), "README.md (agent)", "exec"), namespace)
     namespace["printed"] = capsys.readouterr().out
     return namespace
 

@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from hyde_lc.evaluation import read_records
 from hyde_lc.models import loading as models
 from tests.fakes import ROOT
+from tests.readme import own_block
 
 pytestmark = pytest.mark.integration
-HEADING = "### Evaluating your own retriever beside hyde_lc's"
-
-
-def _recipe() -> str:
-    text = (ROOT / "README.md").read_text("utf-8")
-    section = text[text.index(HEADING) :]
-    match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match, "the recipe has no python block"
-    return match.group(1)
 
 
 def test_the_readme_recipe_runs_as_written(sample_store_dir, tmp_path, monkeypatch, capsys):
@@ -30,7 +20,7 @@ def test_the_readme_recipe_runs_as_written(sample_store_dir, tmp_path, monkeypat
     monkeypatch.setitem(models.ROLE_MAX_TOKENS, "answer", 48)
     monkeypatch.setenv("HYDE_LC_STORE", str(sample_store_dir))  # read only
     monkeypatch.setenv("HYDE_LC_ANSWER_LLM", "local:smollm2-135m")
-    exec(compile(_recipe(), "README.md", "exec"), {})  # our own README, as a user runs it
+    exec(compile(own_block(__file__), "README.md", "exec"), {})  # our own README, as a user runs it
     printed = capsys.readouterr().out
     assert "user_input" in printed and "total_cost" in printed
     mine = read_records(tmp_path / "report" / "mine.jsonl")

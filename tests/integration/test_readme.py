@@ -12,29 +12,17 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import re
 import shutil
-from pathlib import Path
 
 import pytest
 
 from hyde_lc.models import loading as models
-from tests.fakes import SAMPLE_PDF
+from tests.fakes import ROOT, SAMPLE_PDF
+from tests.readme import python_blocks
 
 pytestmark = pytest.mark.integration
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-BLOCK = re.compile(r"^(?:<!--[^>]*tested: (\S+) -->\n)?```python\n(.*?)^```", re.S | re.M)
-ROOT = README.parents[0]
 SMALL_MODEL = "local:smollm2-135m"
-
-
-def python_blocks() -> list[tuple[int, str, str | None]]:
-    """Each block: the README line it starts on, its code, the test of its own if any."""
-    text = README.read_text("utf-8")
-    return [
-        (text[: m.start()].count("\n") + 1, m.group(2), m.group(1)) for m in BLOCK.finditer(text)
-    ]
 
 
 def test_the_readme_has_python_examples_and_their_own_tests_exist():

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -17,22 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes import ROOT
+from tests.readme import own_block
+
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
-
-
-def recipe() -> str:
-    text = README.read_text(encoding="utf-8")
-    found = re.search(r"<!-- run as a script: tested: [^>]*-->\n```python\n(.*?)```", text, re.S)
-    assert found, "the README's process-pool recipe is missing"
-    return found.group(1)
 
 
 def test_the_process_pool_recipe_runs_as_a_script(tmp_path: Path, sample_store_dir: Path) -> None:
     shutil.copytree(sample_store_dir, tmp_path / ".hyde_lc")
-    (tmp_path / "pool.py").write_text(recipe(), encoding="utf-8")
+    (tmp_path / "pool.py").write_text(own_block(__file__), encoding="utf-8")
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
