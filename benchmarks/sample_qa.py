@@ -23,10 +23,10 @@ from pathlib import Path
 
 from hyde_lc import HyDERetriever, ingest_paths, load_llm, open_store
 from hyde_lc.answer import answer_from_documents
-from hyde_lc.cli import sample_files
 from hyde_lc.core.language import says_not_enough_information
+from hyde_lc.ingest.samples import sample_files, sample_questions
 
-QUESTIONS = Path(__file__).parents[1] / "hyde_lc" / "sample" / "questions.jsonl"
+QUESTIONS = sample_questions("en")
 
 
 def _norm(text: str) -> str:

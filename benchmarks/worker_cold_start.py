@@ -34,7 +34,6 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = [
     "Who made the first Fresnel lens?",
     "How were lighthouse lamps fuelled?",
@@ -107,8 +106,9 @@ def in_a_worker(data: bytes) -> dict[str, float]:
 
 def sample_store(folder: Path) -> str:
     from hyde_lc import ingest_paths, open_store
+    from hyde_lc.ingest.samples import sample_files
 
-    ingest_paths([ROOT / "hyde_lc" / "sample" / "lighthouses.pdf"], open_store(folder))
+    ingest_paths(sample_files(), open_store(folder))
     return str(folder)
 
 
