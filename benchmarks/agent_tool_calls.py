@@ -12,7 +12,7 @@ Modes:
 Per question it records:
 - called: the agent called the tool at least once;
 - valid: no reply held a call whose JSON did not parse (``invalid_tool_calls``);
-- sensible query: every call's query shares a content word with the question;
+- sensible query: every call's query shares a search term (BM25's analysis) with the question;
 - found: the tool's results held every keyword of the reference answer;
 - answered: the last message is the model's text, not a call, within 6 graph steps;
 - grounded: the answer holds every keyword (found in the tool's results, so not guessed).
@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import re
 import tempfile
 import time
 import warnings
@@ -41,6 +40,7 @@ from benchmarks.provenance import head_commit
 from benchmarks.sample_qa import QUESTIONS, answered
 from hyde_lc import HyDERetriever, ingest_paths, load_llm, open_store
 from hyde_lc.cli import sample_files
+from hyde_lc.evaluation.question_checks import word_overlap
 
 with warnings.catch_warnings():  # moved to langchain.agents.create_agent; still shipped
     warnings.simplefilter("ignore")
@@ -67,23 +67,12 @@ MORE_QUESTIONS = [  # answerable from the sample too (hyde_lc/sample/lighthouses
     ("Which sultan built a fortress on the site of the Pharos of Alexandria?", ["Qaitbay"]),
     ("In which year did the Great Storm sweep away the first Eddystone lighthouse?", ["1703"]),
 ]
-STOPWORDS = frozenset(
-    re.findall(
-        r"\w+",
-        "a an and the of in on at to for from by with what which who whom when where how why "
-        "is was were are be been did does do it its this that these those or as first",
-    )
-)
 
 
 def questions() -> list[tuple[str, list[str]]]:
     """The sample's answerable questions, then `MORE_QUESTIONS`."""
     rows = [json.loads(line) for line in QUESTIONS.read_text().splitlines()]
     return [(r["question"], r["keywords"]) for r in rows if r["keywords"]] + MORE_QUESTIONS
-
-
-def content_words(text: str) -> set[str]:
-    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in STOPWORDS}
 
 
 def search_first(llm: BaseChatModel, tool: BaseTool) -> Any:
@@ -108,8 +97,7 @@ def score(question: str, keywords: list[str], messages: list[BaseMessage]) -> di
     return {
         "called": any(c["name"] == "search_lighthouses" for c in calls),
         "valid": not invalid,
-        "sensible_query": bool(queries)
-        and all(content_words(q) & content_words(question) for q in queries),
+        "sensible_query": bool(queries) and all(word_overlap(q, question) > 0 for q in queries),
         "found": found,
         "answered": bool(answer.strip()),
         "grounded": found and answered(answer, keywords),
