@@ -37,7 +37,6 @@ def recipe(
     """The recipe's namespace after it ran over a collection of `NOTES`, and what it printed."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HYDE_LC_ANSWER_LLM", "local:smollm2-135m")
-    monkeypatch.setenv("HYDE_LC_THREADS", "1")  # steadier on a busy machine
     # a forced call is whole JSON unless cut at the token cap: room for the call
     monkeypatch.setitem(loading.ROLE_MAX_TOKENS, "answer", 48)
     open_store().add_texts(NOTES)

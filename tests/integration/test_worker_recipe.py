@@ -29,7 +29,6 @@ def test_the_process_pool_recipe_runs_as_a_script(tmp_path: Path, sample_store_d
         **os.environ,
         "PYTHONPATH": str(ROOT),
         "HYDE_LC_HYPOTHESIS_LLM": "local:smollm2-135m",
-        "HYDE_LC_THREADS": "1",  # two workers on a shared machine
     }
     env.pop("OPENAI_API_KEY", None)
     done = subprocess.run(
