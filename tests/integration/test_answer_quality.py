@@ -1,7 +1,8 @@
 """The default local model answers the sample questions from the sample document.
 
 Slow (loads Qwen2.5-Coder-1.5B, ~1.1 GB, ~25 s a question on 2 cores): runs when
-HYDE_LC_SLOW_TESTS=1, as CI does after `make demo` has installed the weights.
+HYDE_LC_SLOW_TESTS=1, as CI does after `make demo` (the weights are installed by
+`make demo` and `make test`).
 The floors sit below the figures in BENCHMARKS.md (sample question set), so the test
 fails when answering really breaks (prompt, context formatting, model loading), not on
 one unlucky sample.
